@@ -1,0 +1,125 @@
+"""The MaterializedTable record: FLIP-435's CatalogMaterializedTable plus storage and lineage."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+INITIALIZING = "INITIALIZING"
+ACTIVATED = "ACTIVATED"
+SUSPENDED = "SUSPENDED"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str                       # Spark's simpleString, e.g. 'decimal(10,2)'
+    nullable: bool = True
+    comment: str | None = None
+    type_json: Any = None           # Spark's JSON form of the type, to rebuild it exactly
+    computed: str | None = None     # expression of a computed column (stored, see README)
+
+    def data_type(self):
+        from pyspark.sql.types import _parse_datatype_json_value
+        return _parse_datatype_json_value(self.type_json)
+
+
+@dataclass(frozen=True)
+class PartitionLocation:
+    spec: dict[str, str]
+    location: str
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Where the published data is: the table's version, and each partition's version."""
+
+    root: str
+    format: str
+    location: str = ""
+    partitions: tuple[PartitionLocation, ...] = ()
+    owns_root: bool = True          # False when WITH ('path' = ...) named an existing folder
+
+
+@dataclass(frozen=True)
+class RefreshOutcome:
+    """The last refresh, for DESCRIBE and the dashboard (history lives elsewhere)."""
+
+    started_at: str
+    duration_s: float
+    outcome: str                    # SUCCEEDED / FAILED
+    rows: int | None = None
+    partition: dict[str, str] = field(default_factory=dict)
+    schedule_time: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class MaterializedTable:
+    catalog: str
+    database: str
+    name: str
+    columns: tuple[Column, ...]
+    query_columns: tuple[str, ...]       # the query's output names, in query order
+    definition_query: str
+    original_query: str
+    freshness: str                       # IntervalFreshness text, e.g. '1 HOUR'
+    logical_refresh_mode: str
+    refresh_mode: str
+    refresh_status: str
+    storage: Storage
+    primary_key: dict | None = None      # {'name': ..., 'columns': [...]}
+    watermark: dict | None = None        # {'column': ..., 'expression': ...}
+    partition_keys: tuple[str, ...] = ()
+    options: dict[str, str] = field(default_factory=dict)
+    comment: str | None = None
+    refresh_handler: dict = field(default_factory=dict)
+    source_tables: tuple[str, ...] = ()
+    last_refresh: RefreshOutcome | None = None
+    created_at: str = field(default_factory=now_iso)
+    updated_at: str = field(default_factory=now_iso)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def identifier(self) -> str:
+        return f"{self.catalog}.{self.database}.{self.name}"
+
+    @property
+    def quoted(self) -> str:
+        return ".".join("`" + p.replace("`", "``") + "`" for p in (self.catalog, self.database, self.name))
+
+    def column(self, name: str) -> Column | None:
+        return next((c for c in self.columns if c.name.lower() == name.lower()), None)
+
+    def formatter_options(self) -> dict[str, str]:
+        """partition.fields.<col>.date-formatter options, by column."""
+        prefix, suffix = "partition.fields.", ".date-formatter"
+        return {k[len(prefix):-len(suffix)]: v for k, v in self.options.items()
+                if k.startswith(prefix) and k.endswith(suffix)}
+
+    def evolve(self, **changes: Any) -> MaterializedTable:
+        return replace(self, updated_at=now_iso(), **changes)
+
+    def to_document(self) -> dict:
+        return json.loads(json.dumps(asdict(self)))
+
+    @classmethod
+    def from_document(cls, doc: dict) -> MaterializedTable:
+        doc = dict(doc)
+        doc["columns"] = tuple(Column(**c) for c in doc["columns"])
+        storage = dict(doc["storage"])
+        storage["partitions"] = tuple(PartitionLocation(**p) for p in storage["partitions"])
+        doc["storage"] = Storage(**storage)
+        if doc.get("last_refresh"):
+            doc["last_refresh"] = RefreshOutcome(**doc["last_refresh"])
+        for key in ("query_columns", "partition_keys", "source_tables"):
+            doc[key] = tuple(doc[key])
+        return cls(**doc)

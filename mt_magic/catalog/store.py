@@ -1,0 +1,118 @@
+"""The catalog store: one TinyDB JSON file, safe across threads, processes and kills."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from filelock import FileLock
+from tinydb import Query, TinyDB
+from tinydb.storages import Storage
+
+from mt_magic.catalog.model import SCHEMA_VERSION, MaterializedTable
+from mt_magic.errors import MaterializedTableError
+
+_TABLES = "materialized_tables"
+_META = "meta"
+
+
+class AtomicJSONStorage(Storage):
+    """Writes a temporary file, fsyncs it and renames it over the old one: never a torn file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> dict | None:
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                text = handle.read()
+        except FileNotFoundError:
+            return None
+        return json.loads(text) if text.strip() else None
+
+    def write(self, data: dict) -> None:
+        folder = os.path.dirname(os.path.abspath(self.path))
+        fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(data, handle, indent=1, sort_keys=True)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+class CatalogStore:
+    """Materialized-table records by identifier; every operation re-reads the file under a lock."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self._file_lock = FileLock(self.path + ".lock")
+        self._thread_lock = threading.RLock()
+        with self._db() as db:
+            meta = db.table(_META, cache_size=0)
+            version = meta.get(doc_id=1)
+            if version is None:
+                meta.insert({"schema_version": SCHEMA_VERSION})
+            elif version["schema_version"] > SCHEMA_VERSION:
+                raise MaterializedTableError(
+                    f"The catalog store {self.path} was written by a newer mt_magic (schema version "
+                    f"{version['schema_version']}, this one reads {SCHEMA_VERSION}).")
+
+    @contextmanager
+    def _db(self) -> Iterator[TinyDB]:
+        # A fresh TinyDB per operation: no cached documents or id counters from before the lock.
+        with self._thread_lock, self._file_lock:
+            db = TinyDB(self.path, storage=AtomicJSONStorage)
+            try:
+                yield db
+            finally:
+                db.close()
+
+    def get(self, identifier: str) -> MaterializedTable | None:
+        with self._db() as db:
+            doc = db.table(_TABLES, cache_size=0).get(Query().identifier == identifier)
+        return MaterializedTable.from_document(_strip(doc)) if doc else None
+
+    def list(self) -> list[MaterializedTable]:
+        with self._db() as db:
+            docs = db.table(_TABLES, cache_size=0).all()
+        return sorted((MaterializedTable.from_document(_strip(d)) for d in docs),
+                      key=lambda t: t.identifier)
+
+    def put(self, table: MaterializedTable) -> None:
+        doc = {**table.to_document(), "identifier": table.identifier}
+        with self._db() as db:
+            db.table(_TABLES, cache_size=0).upsert(doc, Query().identifier == table.identifier)
+
+    def update(self, identifier: str,
+               change: Callable[[MaterializedTable], MaterializedTable]) -> MaterializedTable | None:
+        """Read-modify-write of one record under the lock, so concurrent writers do not clobber."""
+        with self._db():
+            current = self.get(identifier)
+            if current is None:
+                return None
+            updated = change(current)
+            self.put(updated)
+            return updated
+
+    def delete(self, identifier: str) -> None:
+        with self._db() as db:
+            db.table(_TABLES, cache_size=0).remove(Query().identifier == identifier)
+
+
+def _strip(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k != "identifier"}

@@ -1,0 +1,90 @@
+"""Option keys the gateway understands, their defaults, and duration parsing."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+
+from mt_magic.errors import ValidationError
+
+FRESHNESS_THRESHOLD = "materialized-table.refresh-mode.freshness-threshold"
+DEFAULT_FRESHNESS_CONTINUOUS = "materialized-table.default-freshness.continuous"
+DEFAULT_FRESHNESS_FULL = "materialized-table.default-freshness.full"
+FULL_INITIALIZE = "materialized-table.full.initialize"
+DATA_DIR = "materialized-table.data-dir"
+VERSION_RETENTION = "materialized-table.storage.version-retention"
+SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"
+CHECKPOINT_INTERVAL = "execution.checkpointing.interval"
+
+DEFAULTS: dict[str, str] = {
+    FRESHNESS_THRESHOLD: "30 min",
+    DEFAULT_FRESHNESS_CONTINUOUS: "3 min",
+    DEFAULT_FRESHNESS_FULL: "1 h",
+    FULL_INITIALIZE: "on-create",
+    VERSION_RETENTION: "10 min",
+}
+
+CATALOG_STORE_ENV = "MT_MAGIC_CATALOG_STORE"
+DEFAULT_CATALOG_STORE = os.path.join(".mt_magic", "catalog.json")
+
+_UNITS = {
+    "ms": 0.001, "milli": 0.001, "millis": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
+    "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
+    "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
+    "h": 3600, "hour": 3600, "hours": 3600,
+    "d": 86400, "day": 86400, "days": 86400,
+}
+_DURATION = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_duration(text: str, key: str = "duration") -> timedelta:
+    """Parse Flink's duration syntax ('30 min', '3 m', '1 h', '500 ms'; no unit means ms)."""
+    match = _DURATION.match(str(text))
+    unit = match.group(2).lower() if match else ""
+    if not match or (unit and unit not in _UNITS):
+        raise ValidationError(
+            f"Option '{key}' = '{text}' is not a duration; use a number and a unit such as "
+            "'30 s', '3 min', '1 h' or '1 d'.")
+    return timedelta(seconds=int(match.group(1)) * _UNITS[unit or "ms"])
+
+
+def catalog_store_path(explicit: str | None) -> str:
+    """Where the catalog store lives: the argument, else the environment, else ./.mt_magic."""
+    return explicit or os.environ.get(CATALOG_STORE_ENV) or DEFAULT_CATALOG_STORE
+
+
+class Options:
+    """Gateway options: defaults < constructor config < session SET, undone by RESET."""
+
+    def __init__(self, config: Mapping[str, str] | None = None) -> None:
+        self._base = {**DEFAULTS, **{k: str(v) for k, v in (config or {}).items()}}
+        self._session: dict[str, str] = {}
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self._session.get(key, self._base.get(key, default))
+
+    def duration(self, key: str) -> timedelta:
+        value = self.get(key)
+        if value is None:
+            raise ValidationError(f"Option '{key}' is not set.")
+        return parse_duration(value, key)
+
+    def set(self, key: str, value: str) -> None:
+        if key in (FRESHNESS_THRESHOLD, DEFAULT_FRESHNESS_CONTINUOUS, DEFAULT_FRESHNESS_FULL,
+                   VERSION_RETENTION):
+            parse_duration(value, key)
+        self._session[key] = value
+
+    def reset(self, key: str | None = None) -> None:
+        if key is None:
+            self._session.clear()
+        else:
+            self._session.pop(key, None)
+
+    def session_items(self) -> dict[str, str]:
+        return dict(self._session)
+
+    def items(self) -> dict[str, str]:
+        return {**self._base, **self._session}

@@ -1,0 +1,117 @@
+"""How a materialized table is shown: SHOW CREATE text, DESCRIBE rows, the describe() dict."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from mt_magic.catalog.model import MaterializedTable
+from mt_magic.sql.statements import quote_identifier, sql_string
+
+
+def show_create(table: MaterializedTable) -> str:
+    """Flink's SHOW CREATE layout (master): columns, COMMENT, PARTITIONED BY, WITH, FRESHNESS, ..."""
+    lines = [f"CREATE MATERIALIZED TABLE {table.quoted} ("]
+    parts = []
+    for column in table.columns:
+        if column.computed is not None:
+            text = f"  {quote_identifier(column.name)} AS {column.computed}"
+        else:
+            text = f"  {quote_identifier(column.name)} {column.type.upper()}"
+            text += "" if column.nullable else " NOT NULL"
+        if column.comment:
+            text += f" COMMENT {sql_string(column.comment)}"
+        parts.append(text)
+    if table.watermark:
+        parts.append(f"  WATERMARK FOR {quote_identifier(table.watermark['column'])} AS "
+                     f"{table.watermark['expression']}")
+    if table.primary_key:
+        columns = ", ".join(map(quote_identifier, table.primary_key["columns"]))
+        parts.append(f"  CONSTRAINT {quote_identifier(table.primary_key['name'])} PRIMARY KEY ({columns}) "
+                     "NOT ENFORCED")
+    lines.append(",\n".join(parts))
+    lines.append(")")
+    if table.comment:
+        lines.append(f"COMMENT {sql_string(table.comment)}")
+    if table.partition_keys:
+        lines.append("PARTITIONED BY (" + ", ".join(map(quote_identifier, table.partition_keys)) + ")")
+    if table.options:
+        lines.append("WITH (\n" + ",\n".join(f"  {sql_string(k)} = {sql_string(v)}"
+                                             for k, v in table.options.items()) + "\n)")
+    value, unit = table.freshness.split()
+    lines.append(f"FRESHNESS = INTERVAL '{value}' {unit}")
+    lines.append(f"REFRESH_MODE = {table.refresh_mode}")
+    lines.append(f"AS {table.definition_query}")
+    return "\n".join(lines)
+
+
+def describe_dict(table: MaterializedTable, next_refresh: datetime | None) -> dict:
+    return {
+        "identifier": table.identifier,
+        "columns": [(c.name, c.type, c.nullable) for c in table.columns],
+        "primary_key": list(table.primary_key["columns"]) if table.primary_key else None,
+        "partition_keys": list(table.partition_keys),
+        "options": dict(table.options),
+        "comment": table.comment,
+        "original_query": table.original_query,
+        "definition_query": table.definition_query,
+        "freshness": table.freshness,
+        "logical_refresh_mode": table.logical_refresh_mode,
+        "refresh_mode": table.refresh_mode,
+        "refresh_status": table.refresh_status,
+        "refresh_handler": dict(table.refresh_handler),
+        "watermark": dict(table.watermark) if table.watermark else None,
+        "source_tables": list(table.source_tables),
+        "location": table.storage.location,
+        "partitions": [dict(p.spec) for p in table.storage.partitions],
+        "last_refresh": dict(vars(table.last_refresh)) if table.last_refresh else None,
+        "next_refresh": next_refresh.isoformat() if next_refresh else None,
+        "created_at": table.created_at,
+        "updated_at": table.updated_at,
+    }
+
+
+def describe_rows(table: MaterializedTable, extended: bool,
+                  next_refresh: datetime | None) -> list[tuple[str, str, str]]:
+    """Spark's DESCRIBE layout, with a section for what makes the table materialized."""
+    pk = {c.lower() for c in (table.primary_key["columns"] if table.primary_key else ())}
+    rows = []
+    for column in table.columns:
+        data_type = column.type + ("" if column.nullable else " NOT NULL")
+        notes = [n for n in (column.comment, "PRIMARY KEY" if column.name.lower() in pk else None,
+                             f"computed: {column.computed}" if column.computed else None) if n]
+        rows.append((column.name, data_type, "; ".join(notes)))
+    if table.partition_keys:
+        rows.append(("# Partition Information", "", ""))
+        rows.append(("# col_name", "data_type", "comment"))
+        for key in table.partition_keys:
+            column = table.column(key)
+            rows.append((key, column.type if column else "", ""))
+    rows.append(("", "", ""))
+    rows.append(("# Materialized Table", "", ""))
+    info = [("Freshness", table.freshness),
+            ("Logical Refresh Mode", table.logical_refresh_mode),
+            ("Refresh Mode", table.refresh_mode),
+            ("Refresh Status", table.refresh_status),
+            ("Refresh Handler", json.dumps(table.refresh_handler, sort_keys=True)),
+            ("Next Refresh", next_refresh.isoformat() if next_refresh else "")]
+    if table.primary_key:
+        info.append(("Primary Key", f"{table.primary_key['name']} ({', '.join(table.primary_key['columns'])}) "
+                                    "NOT ENFORCED"))
+    if table.watermark:
+        info.append(("Watermark", f"{table.watermark['column']} AS {table.watermark['expression']}"))
+    if extended:
+        last = table.last_refresh
+        info += [("Identifier", table.identifier),
+                 ("Comment", table.comment or ""),
+                 ("Options", json.dumps(table.options, sort_keys=True)),
+                 ("Source Tables", ", ".join(table.source_tables)),
+                 ("Original Query", table.original_query),
+                 ("Definition Query", table.definition_query),
+                 ("Location", table.storage.location if not table.partition_keys else table.storage.root),
+                 ("Format", table.storage.format),
+                 ("Last Refresh", json.dumps(vars(last), sort_keys=True) if last else ""),
+                 ("Created", table.created_at),
+                 ("Updated", table.updated_at)]
+    rows += [(k, str(v), "") for k, v in info]
+    return rows

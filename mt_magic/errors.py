@@ -1,0 +1,51 @@
+"""User-facing errors: every one renders as a short message in a notebook, never a traceback."""
+
+from __future__ import annotations
+
+
+class MaterializedTableError(Exception):
+    """Base of every error a user can cause; the message names the object and the rule."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows exactly these lines instead of a traceback.
+        return [f"{type(self).__name__}: {line}" if i == 0 else line
+                for i, line in enumerate(str(self).splitlines() or [""])]
+
+
+class ParseError(MaterializedTableError):
+    """A statement that does not follow the grammar; carries the 1-based position."""
+
+    def __init__(self, message: str, *, line: int, column: int, text: str = "") -> None:
+        self.message = message
+        self.line = line
+        self.column = column
+        self.text = text
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        head = f"line {self.line}, column {self.column}: {self.message}"
+        lines = self.text.splitlines()
+        if not 0 < self.line <= len(lines):
+            return head
+        source = lines[self.line - 1]
+        return f"{head}\n  {source}\n  {' ' * (self.column - 1)}^"
+
+
+class ValidationError(MaterializedTableError):
+    """A well-formed statement that breaks a rule (freshness, schema, partitions, ...)."""
+
+
+class TableNotFoundError(MaterializedTableError):
+    """The statement names a materialized table that does not exist."""
+
+
+class StateError(MaterializedTableError):
+    """The statement is not allowed in the table's current refresh status."""
+
+
+class ExecutionError(MaterializedTableError):
+    """A step of a statement failed at run time; everything it did was undone."""
+
+
+class SparkError(MaterializedTableError):
+    """Spark rejected a statement or a query; the message is Spark's, without the JVM trace."""

@@ -1,0 +1,666 @@
+"""The gateway: the one place that executes statements (Flink's SQL gateway + table manager)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta, timezone, tzinfo
+from zoneinfo import ZoneInfo
+
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+
+from mt_magic import config as cfg
+from mt_magic.catalog.model import (ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable,
+                                    RefreshOutcome, Storage, now_iso)
+from mt_magic.catalog.store import CatalogStore
+from mt_magic.describe import describe_dict, describe_rows, show_create
+from mt_magic.errors import (ExecutionError, MaterializedTableError, SparkError, StateError,
+                             TableNotFoundError, ValidationError)
+from mt_magic.refresh.full import job_group, run_refresh
+from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT, periodic_partition
+from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, workflow_name
+from mt_magic.refresh.storage import RESERVED_OPTIONS, TableStorage
+from mt_magic.results import Result
+from mt_magic.sql import statements as st
+from mt_magic.sql.analysis import AnalyzedQuery, QueryAnalyzer, spark_call, spark_message
+from mt_magic.sql.freshness import (AUTOMATIC, CONTINUOUS, FULL, IntervalFreshness,
+                                    derive_refresh_mode)
+from mt_magic.sql.parser import parse
+from mt_magic.sql.schema import (check_formatters, check_partition_keys, column_from_field,
+                                 derive_schema)
+
+log = logging.getLogger(__name__)
+
+SESSION_CATALOG = "spark_catalog"
+RESULT_LIMIT = 1000
+
+
+class Gateway:
+    """Executes statements against one SparkSession and one catalog store.
+
+    A new Gateway on an existing store puts every table back into Spark, rolls back creations a
+    crash left INITIALIZING, and reschedules the FULL tables (SUSPENDED ones stay paused).
+    """
+
+    def __init__(self, spark: SparkSession | None = None, catalog_store: str | None = None,
+                 config: Mapping[str, str] | None = None) -> None:
+        self.spark = spark or SparkSession.getActiveSession()
+        if self.spark is None:
+            raise MaterializedTableError(
+                "No SparkSession: pass one, e.g. Gateway(SparkSession.builder.getOrCreate()).")
+        self.options = cfg.Options(config)
+        self.store = CatalogStore(cfg.catalog_store_path(catalog_store))
+        self.analyzer = QueryAnalyzer(self.spark)
+        self.storage = TableStorage(self.spark)
+        self._spark_conf_before: dict[str, str | None] = {}
+        self._locks: dict[str, threading.RLock] = {}
+        self._locks_guard = threading.Lock()
+        self._running: set[str] = set()
+        self.restore_warnings: list[str] = []
+        self.scheduler = RefreshScheduler(self._scheduled_fire)
+        self._restore()
+
+    # ================================================================ API
+    def execute(self, sql: str) -> list[Result]:
+        """Every statement in order; the first failure raises and the rest do not run."""
+        results = []
+        for statement in parse(sql):
+            results.append(self._execute(statement))
+        return results
+
+    def describe(self, name: str) -> dict:
+        table = self._load(self._name(name))
+        return describe_dict(table, self.scheduler.next_fire_time(table.identifier))
+
+    def refresh(self, name: str, schedule_time: str | None = None,
+                partition: Mapping[str, str] | None = None) -> Result:
+        """With schedule_time: exactly what the scheduler does when it fires at that time."""
+        table = self._load(self._name(name))
+        if schedule_time is not None:
+            return self._periodic_refresh(table, schedule_time)
+        return self._manual_refresh(table, dict(partition or {}))
+
+    def close(self) -> None:
+        """Stop the scheduler and any running refresh; every table keeps its status."""
+        for identifier in list(self._running):
+            self.spark.sparkContext.cancelJobGroup(f"mt_magic:{identifier}")
+        self.scheduler.shutdown()
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ========================================================== dispatch
+    def _execute(self, statement: st.Statement) -> Result:
+        handlers: dict[type, Callable[[st.Statement], Result]] = {
+            st.CreateMaterializedTable: self._create,
+            st.AlterSuspend: self._suspend,
+            st.AlterResume: self._resume,
+            st.AlterRefresh: self._refresh_statement,
+            st.AlterQuery: self._alter_query_statement,
+            st.AlterSetFreshness: self._set_freshness,
+            st.AlterSetRefreshMode: self._set_refresh_mode,
+            st.AlterSetOptions: self._set_options,
+            st.AlterResetOptions: self._reset_options,
+            st.DropMaterializedTable: self._drop,
+            st.DropTable: self._drop_table,
+            st.ShowMaterializedTables: self._show_tables,
+            st.ShowCreateMaterializedTable: self._show_create,
+            st.DescribeTable: self._describe,
+            st.SetOption: self._set,
+            st.ResetOption: self._reset,
+            st.SparkStatement: self._spark,
+        }
+        try:
+            return handlers[type(statement)](statement)
+        except MaterializedTableError:
+            raise
+        except (PySparkException, Py4JError) as error:
+            raise SparkError(spark_message(error)) from None
+
+    # ============================================================= names
+    def _name(self, text: str) -> st.ObjectName:
+        statement = parse(f"DROP MATERIALIZED TABLE {text}")
+        return statement[0].name  # type: ignore[attr-defined]
+
+    def _identifier(self, name: st.ObjectName) -> tuple[str, str, str]:
+        catalog, database, table = self.analyzer.resolve(name)
+        if catalog != SESSION_CATALOG:
+            raise ValidationError(f"Materialized table {'.'.join((catalog, database, table))}: only the "
+                                  f"session catalog '{SESSION_CATALOG}' can hold materialized tables.")
+        return catalog, database, table
+
+    def _load(self, name: st.ObjectName) -> MaterializedTable:
+        identifier = ".".join(self._identifier(name))
+        table = self.store.get(identifier)
+        if table is not None:
+            return table
+        if self.spark.catalog.tableExists(identifier):
+            raise ValidationError(f"Table {identifier} is not a materialized table, does not support "
+                                  "materialized table related operation.")
+        raise TableNotFoundError(f"Materialized table with identifier {identifier} does not exist.")
+
+    def _lock(self, identifier: str) -> threading.RLock:
+        with self._locks_guard:
+            return self._locks.setdefault(identifier, threading.RLock())
+
+    def _zone(self) -> tzinfo:
+        """The session time zone: one zone for cron and for the T − freshness rule."""
+        name = self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
+        offset = re.fullmatch(r"(?:GMT|UTC)?([+-])(\d{1,2}):?(\d{2})?", name)
+        if offset:
+            sign = -1 if offset.group(1) == "-" else 1
+            return timezone(sign * timedelta(hours=int(offset.group(2)), minutes=int(offset.group(3) or 0)))
+        return ZoneInfo(name)
+
+    # ============================================================ CREATE
+    def _create(self, statement: st.CreateMaterializedTable) -> Result:
+        catalog, database, name = self._identifier(statement.name)
+        identifier = f"{catalog}.{database}.{name}"
+        existing = self.store.get(identifier)
+        if existing is not None:
+            if statement.or_alter:
+                return self._create_or_alter(existing, statement)
+            raise ValidationError(f"Materialized table {identifier} already exists.")
+        if self.spark.catalog.tableExists(identifier):
+            if statement.or_alter:
+                raise ValidationError(f"Table {identifier}: Regular table does not support create or "
+                                      "alter operation.")
+            raise ValidationError(f"Table {identifier} already exists and is not a materialized table.")
+        if not self.spark.catalog.databaseExists(f"{catalog}.{database}"):
+            raise ValidationError(f"Database '{catalog}'.'{database}' doesn't exist.")
+        table = self._new_table(statement, catalog, database, name)
+        return self._provision(table)
+
+    def _analyze(self, query: str, identifier: str) -> AnalyzedQuery:
+        analyzed = self.analyzer.analyze(query)
+        if identifier in analyzed.sources:
+            raise ValidationError(f"The query of materialized table {identifier} reads the table itself.")
+        return analyzed
+
+    def _computed_type(self, definition_query: str):
+        def computed(expression: str):
+            field = spark_call(lambda: self.spark.sql(definition_query).selectExpr(
+                f"({expression}) AS c").schema.fields[0], f"Computed column expression '{expression}'")
+            return field.dataType, field.nullable
+        return computed
+
+    def _new_table(self, statement: st.CreateMaterializedTable, catalog: str, database: str,
+                   name: str) -> MaterializedTable:
+        identifier = f"{catalog}.{database}.{name}"
+        analyzed = self._analyze(statement.query, identifier)
+        schema = derive_schema(statement, analyzed.schema, self._computed_type(analyzed.definition_query))
+        partition_keys = check_partition_keys(statement.partition_keys, schema.columns)
+        check_formatters(statement.options, partition_keys, schema.columns)
+        decision = derive_refresh_mode(
+            IntervalFreshness.from_literal(statement.freshness) if statement.freshness else None,
+            statement.refresh_mode or AUTOMATIC, self.options.duration(cfg.FRESHNESS_THRESHOLD),
+            self.options.duration(cfg.DEFAULT_FRESHNESS_CONTINUOUS),
+            self.options.duration(cfg.DEFAULT_FRESHNESS_FULL))
+        self._require_full(decision.refresh_mode, identifier, decision.freshness)
+        return MaterializedTable(
+            catalog=catalog, database=database, name=name, columns=schema.columns,
+            query_columns=tuple(f.name for f in analyzed.schema.fields),
+            definition_query=analyzed.definition_query, original_query=statement.query,
+            freshness=str(decision.freshness), logical_refresh_mode=decision.logical_mode,
+            refresh_mode=decision.refresh_mode, refresh_status=INITIALIZING,
+            storage=self._new_storage(statement.options, catalog, database, name),
+            primary_key=schema.primary_key, watermark=schema.watermark,
+            partition_keys=partition_keys, options=dict(statement.options), comment=statement.comment,
+            source_tables=analyzed.sources)
+
+    def _require_full(self, mode: str, identifier: str, freshness: IntervalFreshness) -> None:
+        if mode == CONTINUOUS:
+            raise ValidationError(
+                f"Materialized table {identifier} would be refreshed in CONTINUOUS mode (freshness "
+                f"{freshness} is below the threshold "
+                f"{self.options.get(cfg.FRESHNESS_THRESHOLD)}); CONTINUOUS refresh jobs are not "
+                "available yet. Use REFRESH_MODE = FULL with a freshness on the cron grid.")
+
+    def _new_storage(self, options: Mapping[str, str], catalog: str, database: str,
+                     name: str) -> Storage:
+        connector = options.get("connector")
+        if connector is not None and connector != "filesystem":
+            raise ValidationError(
+                f"Option 'connector' = '{connector}' is not supported: a materialized table is stored by "
+                "a Spark data source; leave 'connector' out or set it to 'filesystem', and pick the "
+                "data source with 'format'.")
+        fmt = options.get("format", "parquet")
+        self._check_format(fmt)
+        if "path" in options:
+            root = options["path"]
+            existed = self.storage.files.exists(root)
+            if existed and not self.storage.files.is_empty_dir(root):
+                raise ValidationError(f"Option 'path' = '{root}' names a folder that is not empty; "
+                                      "a materialized table needs a folder of its own.")
+            return Storage(self.storage.files.qualify(root), fmt, owns_root=not existed)
+        data_dir = self.options.get(cfg.DATA_DIR) or f"{self.store.path.rsplit('/', 1)[0]}/data"
+        root = f"{data_dir}/{catalog}/{database}/{name}-{uuid.uuid4().hex[:8]}"
+        return Storage(self.storage.files.qualify(root), fmt)
+
+    def _check_format(self, fmt: str) -> None:
+        jvm = self.spark._jvm
+        try:
+            jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+                fmt, self.spark._jsparkSession.sessionState().conf())
+        except (Py4JError, PySparkException):
+            raise ValidationError(f"Option 'format' = '{fmt}': Spark has no data source of that name "
+                                  "here (built in: parquet, orc, json, csv, text).") from None
+
+    def _provision(self, table: MaterializedTable) -> Result:
+        """CREATE's steps after validation; any failure undoes all of them and names the step."""
+        identifier = table.identifier
+        self.store.put(table)
+        step = "creating the Spark table"
+        try:
+            table = table.evolve(storage=self.storage.create(table))
+            self.store.put(table)
+            if self.options.get(cfg.FULL_INITIALIZE) != "on-schedule":
+                step = "running the initial refresh"
+                table = self._run(table, {}, periodic=False, raise_errors=True)
+            step = "creating the refresh workflow"
+            handler = self._schedule(table, paused=False, dynamic_options={})
+            table = self.store.update(identifier, lambda t: t.evolve(
+                refresh_status=ACTIVATED, refresh_handler=handler))
+        except BaseException as error:
+            self._rollback(table)
+            detail = str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
+            raise ExecutionError(f"Failed to create materialized table {identifier} while {step}: "
+                                 f"{detail}") from None
+        return Result.ok(f"Created materialized table {identifier}, refresh mode {table.refresh_mode}, "
+                         f"freshness {table.freshness}{self._next_text(identifier)}.")
+
+    def _rollback(self, table: MaterializedTable) -> None:
+        self.scheduler.remove(table.identifier)
+        try:
+            self.storage.drop(table)
+        finally:
+            self.store.delete(table.identifier)
+
+    def _next_text(self, identifier: str) -> str:
+        moment = self.scheduler.next_fire_time(identifier)
+        return f", next refresh {moment.strftime(SCHEDULE_TIME_FORMAT)}" if moment else ""
+
+    def _schedule(self, table: MaterializedTable, paused: bool, dynamic_options: dict) -> dict:
+        freshness = IntervalFreshness.parse(table.freshness)
+        zone = self._zone()
+        self.scheduler.schedule(table.identifier, freshness, zone, paused=paused)
+        return {
+            "kind": "embedded-scheduler",
+            "workflow_name": workflow_name(table.quoted),
+            "workflow_group": WORKFLOW_GROUP,
+            "scheduler_job_id": table.identifier,
+            "cron_expression": freshness.quartz_cron(),
+            "time_zone": str(zone),
+            "dynamic_options": dict(dynamic_options),
+            "spark_master": self.spark.sparkContext.master,
+            "application_id": self.spark.sparkContext.applicationId,
+        }
+
+    # =========================================================== refresh
+    def _refresh_statement(self, statement: st.AlterRefresh) -> Result:
+        return self._manual_refresh(self._load(statement.name), statement.partition)
+
+    def _manual_refresh(self, table: MaterializedTable, partition: dict[str, str]) -> Result:
+        spec = self._check_partition_spec(table, partition)
+        table = self._run(table, spec, periodic=False, raise_errors=True)
+        return self._refresh_result(table)
+
+    def _periodic_refresh(self, table: MaterializedTable, schedule_time: str) -> Result:
+        freshness = IntervalFreshness.parse(table.freshness)
+        spec = periodic_partition(schedule_time, freshness, table.formatter_options(), self._zone(),
+                                  table.identifier)
+        spec = self._check_partition_spec(table, spec)
+        table = self._run(table, spec, periodic=True, raise_errors=True, schedule_time=schedule_time)
+        return self._refresh_result(table)
+
+    def _refresh_result(self, table: MaterializedTable) -> Result:
+        last = table.last_refresh
+        cluster = {"spark.master": self.spark.sparkContext.master,
+                   "spark.app.id": self.spark.sparkContext.applicationId}
+        target = ", ".join(f"{k}={v}" for k, v in last.partition.items()) or "whole table"
+        return Result.table(["job id", "cluster info", "rows", "partition"],
+                            [(job_group(table), cluster, last.rows, target)],
+                            message=f"Refreshed {table.identifier} ({target}): {last.rows} rows in "
+                                    f"{last.duration_s:.2f} s.")
+
+    def _check_partition_spec(self, table: MaterializedTable, spec: dict[str, str]) -> dict[str, str]:
+        """Spec §4.3, stricter: keys must be partition keys, and of a string type."""
+        keys = {k.lower(): k for k in table.partition_keys}
+        unknown = [k for k in spec if k.lower() not in keys]
+        if unknown:
+            raise ValidationError("The partition spec contains unknown partition keys:\n\n"
+                                  + "\n".join(unknown) + "\n\nAll known partition keys are:\n\n"
+                                  + "\n".join(table.partition_keys))
+        wrong = [k for k in spec if table.column(k).type != "string"]
+        if wrong:
+            raise ValidationError("Currently, refreshing materialized table only supports referring to "
+                                  "char, varchar and string type partition keys. All specified partition "
+                                  "keys in partition specs with unsupported types are:\n\n" + "\n".join(wrong))
+        return {keys[k.lower()]: v for k, v in spec.items()}
+
+    def _run(self, table: MaterializedTable, spec: dict[str, str], periodic: bool,
+             raise_errors: bool, schedule_time: str | None = None) -> MaterializedTable:
+        """One refresh at a time per table; the outcome is recorded either way."""
+        identifier = table.identifier
+        with self._lock(identifier):
+            current = self.store.get(identifier)
+            if current is None:
+                raise TableNotFoundError(f"Materialized table {identifier} was dropped.")
+            dynamic = current.refresh_handler.get("dynamic_options", {}) if periodic else {}
+            started_at, started = now_iso(), time.monotonic()
+            self._running.add(identifier)
+            try:
+                result = run_refresh(self.spark, self.storage, current, spec, dynamic)
+            except BaseException as error:
+                message = str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
+                outcome = RefreshOutcome(started_at, time.monotonic() - started, "FAILED", None, spec,
+                                         schedule_time, message)
+                self.store.update(identifier, lambda t: t.evolve(last_refresh=outcome))
+                if not raise_errors:
+                    log.warning("Refresh of %s failed: %s", identifier, message)
+                    return current
+                if isinstance(error, MaterializedTableError):
+                    raise ExecutionError(f"Refreshing the materialized table {identifier} failed: "
+                                         f"{message}") from None
+                raise
+            finally:
+                self._running.discard(identifier)
+            outcome = RefreshOutcome(started_at, result.duration_s, "SUCCEEDED", result.rows, spec,
+                                     schedule_time)
+            updated = self.store.update(identifier, lambda t: t.evolve(storage=result.storage,
+                                                                       last_refresh=outcome))
+            self.storage.sweep(updated, self.options.duration(cfg.VERSION_RETENTION).total_seconds())
+            return updated
+
+    def _scheduled_fire(self, identifier: str) -> None:
+        """Called by the scheduler in a pool thread; never raises into APScheduler."""
+        try:
+            table = self.store.get(identifier)
+            if table is None or table.refresh_status != ACTIVATED or table.refresh_mode != FULL:
+                return
+            freshness = IntervalFreshness.parse(table.freshness)
+            fire_time = freshness.floor(datetime.now(self._zone())).strftime(SCHEDULE_TIME_FORMAT)
+            spec = periodic_partition(fire_time, freshness, table.formatter_options(), self._zone(),
+                                      identifier)
+            self._run(table, self._check_partition_spec(table, spec), periodic=True,
+                      raise_errors=False, schedule_time=fire_time)
+        except Exception:   # recorded on the table where possible; a dead thread helps nobody
+            log.exception("Scheduled refresh of %s failed", identifier)
+
+    # ==================================================== SUSPEND/RESUME
+    def _require_not_initializing(self, table: MaterializedTable, operation: str) -> None:
+        if table.refresh_status == INITIALIZING:
+            raise StateError(f"Materialized table {table.identifier} is being initialized and does not "
+                             f"support {operation} operation.")
+
+    def _suspend(self, statement: st.AlterSuspend) -> Result:
+        table = self._load(statement.name)
+        self._require_not_initializing(table, "suspend")
+        if table.refresh_status == SUSPENDED:
+            raise StateError(f"Materialized table {table.identifier} refresh workflow has been suspended.")
+        if self.scheduler.has(table.identifier):
+            self.scheduler.pause(table.identifier)
+        self.store.update(table.identifier, lambda t: t.evolve(refresh_status=SUSPENDED))
+        return Result.ok(f"Suspended materialized table {table.identifier}.")
+
+    def _resume(self, statement: st.AlterResume) -> Result:
+        table = self._load(statement.name)
+        self._require_not_initializing(table, "resume")
+        if table.refresh_status == ACTIVATED:
+            raise StateError(f"Materialized table {table.identifier} refresh workflow has been resumed.")
+        dynamic = statement.options or table.refresh_handler.get("dynamic_options", {})
+        handler = self._schedule(table, paused=False, dynamic_options=dynamic)
+        self.store.update(table.identifier, lambda t: t.evolve(refresh_status=ACTIVATED,
+                                                               refresh_handler=handler))
+        return Result.ok(f"Resumed materialized table {table.identifier}"
+                         f"{self._next_text(table.identifier)}.")
+
+    # =========================================================== ALTER AS
+    def _alter_query_statement(self, statement: st.AlterQuery) -> Result:
+        table = self._load(statement.name)
+        self._require_not_initializing(table, "alter")
+        analyzed = self._analyze(statement.query, table.identifier)
+        columns = tuple(column_from_field(f) for f in analyzed.schema.fields)
+        return self._evolve_query(table, statement.query, analyzed, columns, {})
+
+    def _evolve_query(self, table: MaterializedTable, query: str, analyzed: AnalyzedQuery,
+                      columns: tuple, changes: dict) -> Result:
+        """Spec §4.5: the old columns must stay as they are; new ones are appended, nullable."""
+        persisted = [c for c in table.columns if c.computed is None]
+        new = [c for c in columns if c.computed is None]
+        if len(new) < len(persisted):
+            raise ValidationError(
+                "Failed to modify query because drop column is unsupported. When modifying a query, you "
+                "can only append new columns at the end of original schema. The original schema has "
+                f"{len(persisted)} columns, but the newly derived schema from the query has {len(new)} "
+                "columns.")
+        for position, (old, candidate) in enumerate(zip(persisted, new)):
+            if (old.name, old.type, old.nullable) != (candidate.name, candidate.type, candidate.nullable):
+                raise ValidationError(
+                    "When modifying the query of a materialized table, currently only support appending "
+                    "columns at the end of original schema, dropping, renaming, and reordering columns "
+                    f"are not supported.\nColumn mismatch at position {position}: Original column is "
+                    f"[{_column_text(old)}], but new column is [{_column_text(candidate)}].")
+        appended = tuple(c.__class__(**{**vars(c), "nullable": True}) for c in new[len(persisted):])
+        updated = table.evolve(columns=table.columns + appended, original_query=query,
+                               definition_query=analyzed.definition_query,
+                               query_columns=tuple(f.name for f in analyzed.schema.fields),
+                               source_tables=analyzed.sources, **changes)
+        if appended:
+            self.storage.add_columns(updated, len(appended))
+        self.store.update(table.identifier, lambda t: t.evolve(
+            columns=updated.columns, original_query=updated.original_query,
+            definition_query=updated.definition_query, query_columns=updated.query_columns,
+            source_tables=updated.source_tables, **changes))
+        added = f", added {', '.join(c.name for c in appended)}" if appended else ""
+        return Result.ok(f"Altered the query of materialized table {table.identifier}{added}; the next "
+                         "refresh uses it.")
+
+    def _create_or_alter(self, table: MaterializedTable, statement: st.CreateMaterializedTable) -> Result:
+        self._require_not_initializing(table, "alter")
+        if statement.refresh_mode and statement.refresh_mode != table.refresh_mode:
+            raise ValidationError(f"Materialized table {table.identifier}: Changing of REFRESH MODE is "
+                                  "unsupported.")
+        if [k.lower() for k in statement.partition_keys] != [k.lower() for k in table.partition_keys]:
+            raise ValidationError(f"Materialized table {table.identifier}: changing PARTITIONED BY is not "
+                                  "supported; drop and create the table instead.")
+        self._check_reserved(table, statement.options, list(statement.options) + list(table.options))
+        analyzed = self._analyze(statement.query, table.identifier)
+        schema = derive_schema(statement, analyzed.schema, self._computed_type(analyzed.definition_query))
+        check_formatters(statement.options, table.partition_keys, schema.columns)
+        changes: dict = {"options": dict(statement.options), "comment": statement.comment}
+        if statement.columns or statement.primary_key or statement.watermark:
+            changes.update(primary_key=schema.primary_key, watermark=schema.watermark)
+        result = self._evolve_query(table, statement.query, analyzed, schema.columns, changes)
+        if statement.freshness:
+            freshness = IntervalFreshness.from_literal(statement.freshness)
+            if str(freshness) != table.freshness:
+                self._change_mode(self.store.get(table.identifier), freshness, table.logical_refresh_mode)
+        return result
+
+    # ========================================================= ALTER SET
+    def _set_freshness(self, statement: st.AlterSetFreshness) -> Result:
+        table = self._load(statement.name)
+        self._require_not_initializing(table, "alter")
+        freshness = IntervalFreshness.from_literal(statement.freshness)
+        return self._change_mode(table, freshness, table.logical_refresh_mode)
+
+    def _set_refresh_mode(self, statement: st.AlterSetRefreshMode) -> Result:
+        table = self._load(statement.name)
+        self._require_not_initializing(table, "alter")
+        return self._change_mode(table, IntervalFreshness.parse(table.freshness), statement.refresh_mode)
+
+    def _change_mode(self, table: MaterializedTable, freshness: IntervalFreshness,
+                     logical_mode: str) -> Result:
+        """FLIP-435: the pipeline is stopped and recreated for the new freshness and mode."""
+        decision = derive_refresh_mode(freshness, logical_mode,
+                                       self.options.duration(cfg.FRESHNESS_THRESHOLD),
+                                       self.options.duration(cfg.DEFAULT_FRESHNESS_CONTINUOUS),
+                                       self.options.duration(cfg.DEFAULT_FRESHNESS_FULL))
+        self._require_full(decision.refresh_mode, table.identifier, decision.freshness)
+        updated = table.evolve(freshness=str(decision.freshness), logical_refresh_mode=logical_mode,
+                               refresh_mode=decision.refresh_mode)
+        handler = self._schedule(updated, paused=table.refresh_status == SUSPENDED,
+                                 dynamic_options=table.refresh_handler.get("dynamic_options", {}))
+        self.store.update(table.identifier, lambda t: t.evolve(
+            freshness=updated.freshness, logical_refresh_mode=logical_mode,
+            refresh_mode=decision.refresh_mode, refresh_handler=handler))
+        return Result.ok(f"Materialized table {table.identifier} now has freshness {decision.freshness}, "
+                         f"refresh mode {decision.refresh_mode}{self._next_text(table.identifier)}.")
+
+    def _check_reserved(self, table: MaterializedTable, new: Mapping[str, str], keys: list[str]) -> None:
+        for key in keys:
+            if key in RESERVED_OPTIONS and new.get(key) != table.options.get(key):
+                raise ValidationError(f"ALTER MATERIALIZED TABLE {table.identifier} does not support "
+                                      f"changing '{key}': the data is stored that way.")
+
+    def _set_options(self, statement: st.AlterSetOptions) -> Result:
+        table = self._load(statement.name)
+        if not statement.options:
+            raise ValidationError("ALTER MATERIALIZED TABLE SET does not support empty options.")
+        options = {**table.options, **statement.options}
+        self._check_reserved(table, options, list(statement.options))
+        check_formatters(options, table.partition_keys, table.columns)
+        self.store.update(table.identifier, lambda t: t.evolve(options={**t.options, **statement.options}))
+        return Result.ok(f"Set {len(statement.options)} option(s) of {table.identifier}.")
+
+    def _reset_options(self, statement: st.AlterResetOptions) -> Result:
+        table = self._load(statement.name)
+        if not statement.keys:
+            raise ValidationError("ALTER MATERIALIZED TABLE RESET does not support empty key.")
+        for key in statement.keys:
+            if key in RESERVED_OPTIONS:
+                raise ValidationError(f"ALTER MATERIALIZED TABLE RESET does not support changing '{key}'.")
+        self.store.update(table.identifier, lambda t: t.evolve(
+            options={k: v for k, v in t.options.items() if k not in statement.keys}))
+        return Result.ok(f"Reset {len(statement.keys)} option(s) of {table.identifier}.")
+
+    # ============================================================== DROP
+    def _drop(self, statement: st.DropMaterializedTable) -> Result:
+        try:
+            table = self._load(statement.name)
+        except TableNotFoundError:
+            if statement.if_exists:
+                return Result.ok("Nothing to drop.")
+            raise
+        identifier = table.identifier
+        self.scheduler.remove(identifier)
+        self.spark.sparkContext.cancelJobGroup(job_group(table))
+        with self._lock(identifier):
+            self.storage.drop(table)
+            self.store.delete(identifier)
+        return Result.ok(f"Dropped materialized table {identifier}.")
+
+    def _drop_table(self, statement: st.DropTable) -> Result:
+        identifier = ".".join(self.analyzer.resolve(statement.name))
+        if self.store.get(identifier) is not None:
+            raise ValidationError(f"{identifier} is a materialized table: use DROP MATERIALIZED TABLE "
+                                  f"{identifier}.")
+        return self._spark(statement)
+
+    # ============================================================== SHOW
+    def _show_tables(self, statement: st.ShowMaterializedTables) -> Result:
+        catalog, database = self.analyzer.current()
+        if statement.database is not None:
+            parts = statement.database.parts
+            catalog, database = (parts if len(parts) == 2 else (catalog, parts[0]))
+        catalog, database = self.analyzer.normalize(catalog), self.analyzer.normalize(database)
+        if not self.spark.catalog.databaseExists(f"{catalog}.{database}"):
+            raise ValidationError(f"Database '{catalog}'.'{database}' doesn't exist.")
+        names = [t.name for t in self.store.list() if (t.catalog, t.database) == (catalog, database)]
+        if statement.pattern is not None:
+            regex = re.compile(_like_regex(statement.pattern), re.DOTALL)
+            names = [n for n in names if bool(regex.fullmatch(n)) != statement.negate]
+        return Result.table(["materialized table"], [(n,) for n in sorted(names)])
+
+    def _show_create(self, statement: st.ShowCreateMaterializedTable) -> Result:
+        try:
+            table = self._load(statement.name)
+        except TableNotFoundError as error:
+            raise TableNotFoundError(f"Could not execute SHOW CREATE MATERIALIZED TABLE. {error}") from None
+        return Result.table(["result"], [(show_create(table),)], message="1 row")
+
+    def _describe(self, statement: st.DescribeTable) -> Result:
+        identifier = ".".join(self.analyzer.resolve(statement.name))
+        table = self.store.get(identifier)
+        if table is None:
+            return self._spark(statement)
+        rows = describe_rows(table, statement.extended, self.scheduler.next_fire_time(identifier))
+        return Result.table(["col_name", "data_type", "comment"], rows)
+
+    # ========================================================== SET/RESET
+    def _set(self, statement: st.SetOption) -> Result:
+        if statement.key.startswith("spark."):
+            if statement.key not in self._spark_conf_before:
+                self._spark_conf_before[statement.key] = self.spark.conf.get(statement.key, None)
+            spark_call(lambda: self.spark.conf.set(statement.key, statement.value),
+                       f"SET '{statement.key}'")
+        else:
+            self.options.set(statement.key, statement.value)
+        return Result.ok(f"Set '{statement.key}' = '{statement.value}'.")
+
+    def _reset(self, statement: st.ResetOption) -> Result:
+        keys = [statement.key] if statement.key else list(self._spark_conf_before)
+        for key in keys:
+            if key in self._spark_conf_before:
+                before = self._spark_conf_before.pop(key)
+                if before is None:
+                    self.spark.conf.unset(key)
+                else:
+                    self.spark.conf.set(key, before)
+        self.options.reset(statement.key)
+        return Result.ok(f"Reset '{statement.key}'." if statement.key else "Reset all session options.")
+
+    # ============================================================= Spark
+    def _spark(self, statement: st.Statement) -> Result:
+        frame = spark_call(lambda: self.spark.sql(statement.text), "Spark")
+        if not frame.columns:
+            return Result.ok()
+        rows = spark_call(lambda: frame.limit(RESULT_LIMIT + 1).collect(), "Spark")
+        return Result.table(frame.columns, [tuple(r) for r in rows[:RESULT_LIMIT]],
+                            truncated=len(rows) > RESULT_LIMIT)
+
+    # =========================================================== restore
+    def _restore(self) -> None:
+        retention = self.options.duration(cfg.VERSION_RETENTION).total_seconds()
+        for table in self.store.list():
+            try:
+                if table.refresh_status == INITIALIZING:
+                    self.restore_warnings.append(f"{table.identifier}: rolled back an unfinished CREATE.")
+                    self._rollback(table)
+                    continue
+                self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{table.catalog}`.`{table.database}`")
+                self.storage.register(table)
+                if table.refresh_mode == FULL:
+                    self._schedule(table, paused=table.refresh_status == SUSPENDED,
+                                   dynamic_options=table.refresh_handler.get("dynamic_options", {}))
+                self.storage.sweep(table, retention)
+            except (MaterializedTableError, PySparkException, Py4JError) as error:
+                self.restore_warnings.append(f"{table.identifier}: {spark_message(error)}")
+
+
+def _column_text(column) -> str:
+    return f"`{column.name}` {column.type.upper()}{'' if column.nullable else ' NOT NULL'}"
+
+
+def _like_regex(pattern: str) -> str:
+    """SQL LIKE: % any run, _ one character, backslash escapes."""
+    out, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        out.append(".*" if char == "%" else "." if char == "_" else re.escape(char))
+        i += 1
+    return "".join(out)

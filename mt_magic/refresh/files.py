@@ -1,0 +1,65 @@
+"""Folder operations through Hadoop's FileSystem, so table data may live on any store Spark reads."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str
+    name: str
+    is_dir: bool
+    modified: float       # seconds since the epoch
+
+
+class Files:
+    def __init__(self, spark: SparkSession) -> None:
+        self._jvm = spark._jvm
+        self._conf = spark._jsc.hadoopConfiguration()
+
+    def _fs(self, path: str):
+        jpath = self._jvm.org.apache.hadoop.fs.Path(path)
+        return jpath.getFileSystem(self._conf), jpath
+
+    def qualify(self, path: str) -> str:
+        """The fully qualified URI (file:/..., hdfs://...) that Spark's catalog stores."""
+        fs, jpath = self._fs(path)
+        return fs.makeQualified(jpath).toString()
+
+    def uri(self, path: str):
+        fs, jpath = self._fs(path)
+        return fs.makeQualified(jpath).toUri()
+
+    def exists(self, path: str) -> bool:
+        fs, jpath = self._fs(path)
+        return bool(fs.exists(jpath))
+
+    def mkdirs(self, path: str) -> None:
+        fs, jpath = self._fs(path)
+        fs.mkdirs(jpath)
+
+    def delete(self, path: str) -> None:
+        fs, jpath = self._fs(path)
+        fs.delete(jpath, True)
+
+    def touch(self, path: str) -> None:
+        fs, jpath = self._fs(path)
+        fs.create(jpath, True).close()
+
+    def list(self, path: str) -> list[Entry]:
+        fs, jpath = self._fs(path)
+        if not fs.exists(jpath):
+            return []
+        return [Entry(s.getPath().toString(), s.getPath().getName(), bool(s.isDirectory()),
+                      s.getModificationTime() / 1000.0) for s in fs.listStatus(jpath)]
+
+    def is_empty_dir(self, path: str) -> bool:
+        return not [e for e in self.list(path) if not e.name.startswith((".", "_"))]
+
+    @staticmethod
+    def age(entry: Entry) -> float:
+        return time.time() - entry.modified

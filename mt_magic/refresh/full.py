@@ -1,0 +1,84 @@
+"""One batch refresh of a materialized table: the whole table or the partitions of one spec."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from mt_magic.catalog.model import MaterializedTable, Storage
+from mt_magic.refresh.storage import TableStorage, data_source_options
+from mt_magic.sql.analysis import spark_call, type_sql
+from mt_magic.sql.statements import quote_identifier, sql_string
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    storage: Storage
+    rows: int
+    duration_s: float
+    job_group: str
+
+
+def job_group(table: MaterializedTable) -> str:
+    return f"mt_magic:{table.identifier}"
+
+
+@contextmanager
+def spark_job_group(spark: SparkSession, group: str, description: str) -> Iterator[None]:
+    """Set in the job's own thread and cleared after: pool threads would carry it on otherwise."""
+    context = spark.sparkContext
+    context.setJobGroup(group, description, interruptOnCancel=True)
+    try:
+        yield
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+        context.setLocalProperty("spark.job.description", None)
+        context.setLocalProperty("spark.job.interruptOnCancel", None)
+
+
+def table_dataframe(spark: SparkSession, table: MaterializedTable) -> DataFrame:
+    """The definition query shaped into the table's columns: order, declared types, NOT NULL."""
+    source = spark.sql(table.definition_query)
+    nullable = {f.name.lower(): f.nullable for f in source.schema.fields}
+    expressions = []
+    for column in table.columns:
+        if column.computed is not None:
+            expression = f"({column.computed})"
+        else:
+            expression = quote_identifier(column.name)
+            if not column.nullable and nullable.get(column.name.lower(), True):
+                message = sql_string(f"Column '{column.name}' of {table.identifier} is NOT NULL, "
+                                     "but the query produced a NULL.")
+                expression = f"coalesce({expression}, raise_error({message}))"
+        expressions.append(f"CAST({expression} AS {type_sql(column.data_type())}) AS "
+                           f"{quote_identifier(column.name)}")
+    return source.selectExpr(*expressions)
+
+
+def run_refresh(spark: SparkSession, storage: TableStorage, table: MaterializedTable,
+                spec: dict[str, str], dynamic_options: dict[str, str] | None = None) -> RefreshResult:
+    """Write a new version from the current source data and publish it; the old stays on failure."""
+    started = time.monotonic()
+    group = job_group(table)
+    target = "partition " + ", ".join(f"{k}={v}" for k, v in spec.items()) if spec else "table"
+    with spark_job_group(spark, group, f"refresh {table.identifier} ({target})"):
+        frame = table_dataframe(spark, table)
+        for key, value in spec.items():
+            frame = frame.where(F.col(quote_identifier(key)) == F.lit(value))
+        observation = Observation(f"rows_{time.monotonic_ns()}")
+        frame = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
+        version = storage.new_version(table)
+        writer = frame.write.format(table.storage.format).mode("errorifexists")
+        writer = writer.options(**data_source_options({**table.options, **(dynamic_options or {})}))
+        if table.partition_keys:
+            writer = writer.partitionBy(*table.partition_keys)
+        spark_call(lambda: writer.save(version), f"Refreshing {table.identifier}")
+        storage.files.mkdirs(version)   # an empty result may leave no folder at all
+        published = storage.publish(table, version, spec)
+    return RefreshResult(published, int(observation.get.get("rows", 0)),
+                         time.monotonic() - started, group)

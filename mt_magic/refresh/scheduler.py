@@ -1,0 +1,67 @@
+"""The embedded workflow scheduler: one APScheduler cron job per FULL materialized table.
+
+The catalog store, not APScheduler's job store, is what persists: a new gateway rebuilds the jobs
+from the records. Cron fires at wall-clock multiples, as Flink's Quartz triggers do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+
+from mt_magic.sql.freshness import IntervalFreshness
+
+WORKFLOW_GROUP = "default_group"
+
+
+def workflow_name(quoted_identifier: str) -> str:
+    return f"quartz_job_{quoted_identifier}"
+
+
+class RefreshScheduler:
+    """Cron jobs keyed by table identifier; `fire(identifier)` runs in a pool thread."""
+
+    def __init__(self, fire: Callable[[str], None], workers: int = 2) -> None:
+        self._fire = fire
+        self._scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(workers)},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None})
+        self._scheduler.start()
+
+    def schedule(self, identifier: str, freshness: IntervalFreshness, zone: ZoneInfo,
+                 paused: bool = False) -> None:
+        """Create or replace the job; a paused one keeps its trigger for RESUME."""
+        trigger = CronTrigger(timezone=zone, **freshness.cron_fields())
+        self._scheduler.add_job(self._fire, trigger, args=[identifier], id=identifier,
+                                name=identifier, replace_existing=True,
+                                next_run_time=None if paused else trigger.get_next_fire_time(
+                                    None, datetime.now(zone)))
+
+    def pause(self, identifier: str) -> None:
+        self._scheduler.pause_job(identifier)
+
+    def resume(self, identifier: str) -> None:
+        self._scheduler.resume_job(identifier)
+
+    def remove(self, identifier: str) -> None:
+        try:
+            self._scheduler.remove_job(identifier)
+        except JobLookupError:
+            pass      # deleting a workflow that is already gone is fine, as in Flink
+
+    def has(self, identifier: str) -> bool:
+        return self._scheduler.get_job(identifier) is not None
+
+    def next_fire_time(self, identifier: str) -> datetime | None:
+        job = self._scheduler.get_job(identifier)
+        return job.next_run_time if job else None
+
+    def shutdown(self) -> None:
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=True)

@@ -1,0 +1,205 @@
+"""A materialized table's data: versioned folders, atomic publishing, the Spark catalog entry.
+
+A refresh never writes where readers read. It writes a new version folder, then publishes it with
+one catalog change: the table's location, or (partitioned tables) all affected partition locations
+in one call of Spark's catalog. Readers therefore see the old data or the new, never a mix, and a
+crash before the publish leaves the old version in place.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from urllib.parse import unquote
+
+from pyspark.sql import SparkSession
+
+from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage
+from mt_magic.refresh.files import Files
+from mt_magic.sql.analysis import spark_call, type_sql
+from mt_magic.sql.statements import quote_identifier, sql_string
+
+VERSION_PREFIX = "v-"
+EMPTY_DIR = "_empty"
+SUPERSEDED_MARKER = "_SUPERSEDED"
+TABLE_PROPERTY = "mt_magic.materialized-table"
+# Options that steer where and how data is stored, never passed to the data source.
+RESERVED_OPTIONS = ("connector", "format", "path")
+
+
+def partition_clause(spec: dict[str, str]) -> str:
+    return "PARTITION (" + ", ".join(f"{quote_identifier(k)} = {sql_string(v)}"
+                                     for k, v in spec.items()) + ")"
+
+
+def data_source_options(options: dict[str, str]) -> dict[str, str]:
+    """Table options the data source itself reads (compression, header, ...)."""
+    return {k: v for k, v in options.items()
+            if k not in RESERVED_OPTIONS and not k.startswith(("partition.fields.", "materialized-table."))}
+
+
+class TableStorage:
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.files = Files(spark)
+
+    # ------------------------------------------------------------- catalog
+    def exists(self, table: MaterializedTable) -> bool:
+        return bool(self.spark.catalog.tableExists(table.identifier))
+
+    def create(self, table: MaterializedTable) -> Storage:
+        """The Spark table, external, on an empty first version."""
+        self.files.mkdirs(table.storage.root)
+        empty = self.files.qualify(f"{table.storage.root}/{EMPTY_DIR}")
+        self.files.mkdirs(empty)
+        storage = Storage(table.storage.root, table.storage.format, empty, (), table.storage.owns_root)
+        self._create_table(table, storage)
+        return storage
+
+    def register(self, table: MaterializedTable) -> None:
+        """Put a table back into a fresh Spark catalog (a new kernel) at its published versions."""
+        if self.exists(table):
+            return
+        self._create_table(table, table.storage)
+        self._add_partitions(table, {tuple(p.spec.items()): p.location for p in table.storage.partitions})
+
+    def _create_table(self, table: MaterializedTable, storage: Storage) -> None:
+        columns = ", ".join(
+            f"{quote_identifier(c.name)} {type_sql(c.data_type())}"
+            + (f" COMMENT {sql_string(c.comment)}" if c.comment else "") for c in table.columns)
+        options = data_source_options(table.options)
+        ddl = [f"CREATE TABLE {table.quoted} ({columns}) USING {quote_identifier(storage.format)}"]
+        if options:
+            ddl.append("OPTIONS (" + ", ".join(f"{sql_string(k)} = {sql_string(v)}"
+                                               for k, v in options.items()) + ")")
+        if table.partition_keys:
+            ddl.append("PARTITIONED BY (" + ", ".join(map(quote_identifier, table.partition_keys)) + ")")
+        if table.comment:
+            ddl.append(f"COMMENT {sql_string(table.comment)}")
+        ddl.append(f"LOCATION {sql_string(storage.location)}")
+        ddl.append(f"TBLPROPERTIES ({sql_string(TABLE_PROPERTY)} = 'true')")
+        spark_call(lambda: self.spark.sql("\n".join(ddl)), f"Creating the Spark table {table.identifier}")
+
+    def add_columns(self, table: MaterializedTable, count: int) -> None:
+        """ALTER AS appends nullable columns: the Spark table gets them too."""
+        added = table.columns[-count:]
+        columns = ", ".join(f"{quote_identifier(c.name)} {type_sql(c.data_type())}" for c in added)
+        spark_call(lambda: self.spark.sql(f"ALTER TABLE {table.quoted} ADD COLUMNS ({columns})"),
+                   f"Adding columns to {table.identifier}")
+
+    def drop(self, table: MaterializedTable) -> None:
+        """Remove the Spark table and every folder this table's refreshes wrote."""
+        spark_call(lambda: self.spark.sql(f"DROP TABLE IF EXISTS {table.quoted}"),
+                   f"Dropping the Spark table {table.identifier}")
+        root = table.storage.root
+        if table.storage.owns_root:
+            self.files.delete(root)
+            return
+        for entry in self.files.list(root):
+            if entry.name.startswith(VERSION_PREFIX) or entry.name == EMPTY_DIR:
+                self.files.delete(entry.path)
+
+    # ----------------------------------------------------------- versions
+    def new_version(self, table: MaterializedTable) -> str:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+        return self.files.qualify(f"{table.storage.root}/{VERSION_PREFIX}{stamp}-{uuid.uuid4().hex[:8]}")
+
+    def publish(self, table: MaterializedTable, version: str, spec: dict[str, str]) -> Storage:
+        """Make `version` what readers see: the whole table, or the partitions matching `spec`."""
+        storage = table.storage
+        if not table.partition_keys:
+            spark_call(lambda: self.spark.sql(
+                f"ALTER TABLE {table.quoted} SET LOCATION {sql_string(version)}"),
+                f"Publishing a new version of {table.identifier}")
+            return Storage(storage.root, storage.format, version, (), storage.owns_root)
+        written = dict(self._written_partitions(version, table.partition_keys))
+        replaced = {tuple(p.spec.items()): p.location for p in storage.partitions
+                    if all(p.spec.get(k) == v for k, v in spec.items())}
+        kept = {tuple(p.spec.items()): p.location for p in storage.partitions
+                if tuple(p.spec.items()) not in replaced}
+        empty = self.files.qualify(f"{storage.root}/{EMPTY_DIR}")
+        self.files.mkdirs(empty)
+        # 1. new partitions appear empty; 2. one catalog call switches every affected partition;
+        # 3. vanished partitions, empty since step 2, are removed.
+        self._add_partitions(table, {key: empty for key in written if key not in replaced and key not in kept})
+        switch = {**{key: empty for key in replaced if key not in written}, **written}
+        self._alter_partitions(table, switch)
+        self._drop_partitions(table, [key for key in replaced if key not in written])
+        partitions = {**kept, **written}
+        return Storage(storage.root, storage.format, storage.location,
+                       tuple(PartitionLocation(dict(k), v) for k, v in sorted(partitions.items())),
+                       storage.owns_root)
+
+    def _written_partitions(self, version: str, keys: tuple[str, ...]) -> Iterable[tuple[tuple, str]]:
+        """The partition folders a write produced: key=value/... down to the last key."""
+        level = [((), version)]
+        for key in keys:
+            next_level = []
+            for spec, path in level:
+                for entry in self.files.list(path):
+                    name, _, value = entry.name.partition("=")
+                    if entry.is_dir and name.lower() == key.lower():
+                        next_level.append((spec + ((key, unquote(value)),), entry.path))
+            level = next_level
+        return level
+
+    def _add_partitions(self, table: MaterializedTable, partitions: dict[tuple, str]) -> None:
+        if not partitions:
+            return
+        clauses = " ".join(f"{partition_clause(dict(spec))} LOCATION {sql_string(location)}"
+                           for spec, location in partitions.items())
+        spark_call(lambda: self.spark.sql(f"ALTER TABLE {table.quoted} ADD IF NOT EXISTS {clauses}"),
+                   f"Adding partitions to {table.identifier}")
+
+    def _drop_partitions(self, table: MaterializedTable, specs: list[tuple]) -> None:
+        if not specs:
+            return
+        clauses = ", ".join(partition_clause(dict(spec)) for spec in specs)
+        spark_call(lambda: self.spark.sql(f"ALTER TABLE {table.quoted} DROP IF EXISTS {clauses}"),
+                   f"Dropping partitions of {table.identifier}")
+
+    def _alter_partitions(self, table: MaterializedTable, locations: dict[tuple, str]) -> None:
+        """One call of Spark's session catalog: the switch readers see as a single step."""
+        if not locations:
+            return
+        jvm = self.spark._jvm
+        state = self.spark._jsparkSession.sessionState()
+        ident = state.sqlParser().parseTableIdentifier(
+            f"{quote_identifier(table.database)}.{quote_identifier(table.name)}")
+        wanted = {tuple((k.lower(), v) for k, v in spec): loc for spec, loc in locations.items()}
+        changed = []
+        partitions = state.catalog().listPartitions(ident, jvm.scala.Option.empty())
+        for i in range(partitions.size()):
+            partition = partitions.apply(i)
+            spec = tuple((k.lower(), partition.spec().get(k).get()) for k in table.partition_keys)
+            if spec not in wanted:
+                continue
+            storage = partition.storage()
+            fields = [storage.productElement(j) for j in range(storage.productArity())]
+            fields[0] = jvm.scala.Some(self.files.uri(wanted[spec]))   # locationUri comes first
+            elements = [partition.productElement(j) for j in range(partition.productArity())]
+            elements[1] = storage.copy(*fields)                          # (spec, storage, ...)
+            changed.append(partition.copy(*elements))
+        state.catalog().alterPartitions(ident, jvm.PythonUtils.toSeq(changed))
+
+    # -------------------------------------------------------------- sweep
+    def sweep(self, table: MaterializedTable, retention_s: float) -> None:
+        """Delete versions no longer referenced, once they have been unreferenced for a while.
+
+        The first sweep that finds a version unreferenced marks it; a later one deletes it when
+        the mark is older than the retention, so a reader planned before the switch can finish.
+        """
+        storage = table.storage
+        referenced = {storage.location.rstrip("/")} | {p.location.rstrip("/") for p in storage.partitions}
+        for entry in self.files.list(storage.root):
+            if not (entry.is_dir and entry.name.startswith(VERSION_PREFIX)):
+                continue
+            path = entry.path.rstrip("/")
+            if any(ref == path or ref.startswith(path + "/") for ref in referenced):
+                continue
+            marker = [e for e in self.files.list(entry.path) if e.name == SUPERSEDED_MARKER]
+            if not marker:
+                self.files.touch(f"{entry.path}/{SUPERSEDED_MARKER}")
+            elif Files.age(marker[0]) >= retention_s:
+                self.files.delete(entry.path)

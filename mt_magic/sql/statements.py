@@ -1,0 +1,172 @@
+"""One frozen dataclass per statement kind; queries are kept as the user wrote them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mt_magic.sql.freshness import FreshnessLiteral
+
+
+@dataclass(frozen=True)
+class ObjectName:
+    parts: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return ".".join(quote_identifier(p) if not p.replace("_", "a").isalnum() else p
+                        for p in self.parts)
+
+
+def quote_identifier(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def sql_string(value: str) -> str:
+    """A Spark SQL string literal; nothing user-given is spliced into SQL any other way."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass(frozen=True)
+class ColumnDef:
+    """A column in CREATE's parenthesised part; only `name` is set in a name-only list."""
+
+    name: str
+    type: str | None = None
+    not_null: bool = False
+    computed: str | None = None          # expression of a computed column
+    metadata: bool = False
+    metadata_key: str | None = None
+    virtual: bool = False
+    primary_key: bool = False            # column-level PRIMARY KEY NOT ENFORCED
+    comment: str | None = None
+
+    @property
+    def persisted(self) -> bool:
+        return self.computed is None and not self.virtual
+
+
+@dataclass(frozen=True)
+class PrimaryKey:
+    name: str | None
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Watermark:
+    column: str
+    expression: str
+
+
+@dataclass(frozen=True)
+class Statement:
+    text: str          # the statement's own text, for messages and pass-through
+
+
+@dataclass(frozen=True)
+class CreateMaterializedTable(Statement):
+    name: ObjectName
+    or_alter: bool = False
+    columns: tuple[ColumnDef, ...] = ()
+    names_only: bool = False
+    watermark: Watermark | None = None
+    primary_key: PrimaryKey | None = None
+    comment: str | None = None
+    partition_keys: tuple[str, ...] = ()
+    options: dict[str, str] = field(default_factory=dict)
+    freshness: FreshnessLiteral | None = None
+    refresh_mode: str | None = None
+    query: str = ""
+
+
+@dataclass(frozen=True)
+class AlterMaterializedTable(Statement):
+    name: ObjectName
+
+
+@dataclass(frozen=True)
+class AlterSuspend(AlterMaterializedTable):
+    pass
+
+
+@dataclass(frozen=True)
+class AlterResume(AlterMaterializedTable):
+    options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AlterRefresh(AlterMaterializedTable):
+    partition: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AlterQuery(AlterMaterializedTable):
+    query: str = ""
+
+
+@dataclass(frozen=True)
+class AlterSetFreshness(AlterMaterializedTable):
+    freshness: FreshnessLiteral | None = None
+
+
+@dataclass(frozen=True)
+class AlterSetRefreshMode(AlterMaterializedTable):
+    refresh_mode: str = ""
+
+
+@dataclass(frozen=True)
+class AlterSetOptions(AlterMaterializedTable):
+    options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AlterResetOptions(AlterMaterializedTable):
+    keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DropMaterializedTable(Statement):
+    name: ObjectName
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropTable(Statement):
+    """DROP TABLE: Spark's, unless it names a materialized table (then it is refused)."""
+
+    name: ObjectName
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class ShowMaterializedTables(Statement):
+    database: ObjectName | None = None
+    pattern: str | None = None
+    negate: bool = False
+
+
+@dataclass(frozen=True)
+class ShowCreateMaterializedTable(Statement):
+    name: ObjectName
+
+
+@dataclass(frozen=True)
+class DescribeTable(Statement):
+    """DESCRIBE of a plain name: ours for a materialized table, Spark's otherwise."""
+
+    name: ObjectName
+    extended: bool = False
+
+
+@dataclass(frozen=True)
+class SetOption(Statement):
+    key: str
+    value: str
+
+
+@dataclass(frozen=True)
+class ResetOption(Statement):
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class SparkStatement(Statement):
+    """Anything that is not about materialized tables: handed to spark.sql untouched."""
