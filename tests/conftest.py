@@ -1,0 +1,53 @@
+"""One SparkSession per test process; each test gets its own database and catalog store."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+from mt_magic import Gateway
+from mt_magic.session import local_session
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    session = local_session("mt_magic-tests", warehouse=str(tmp_path_factory.mktemp("warehouse")))
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def db(spark):
+    """A fresh current database, so tests never see each other's tables."""
+    name = f"t{os.getpid()}_{next(_counter)}"
+    spark.sql(f"CREATE DATABASE {name}")
+    spark.catalog.setCurrentDatabase(name)
+    yield name
+    spark.catalog.setCurrentDatabase("default")
+    spark.sql(f"DROP DATABASE {name} CASCADE")
+
+
+@pytest.fixture
+def store_path(tmp_path):
+    return str(tmp_path / "store" / "catalog.json")
+
+
+@pytest.fixture
+def gw(spark, db, store_path):
+    gateway = Gateway(spark, catalog_store=store_path)
+    yield gateway
+    gateway.close()
+
+
+@pytest.fixture
+def sales(spark, db):
+    """The seed's sales data: a few days, a few products."""
+    spark.sql("CREATE TABLE sales (ds STRING, product_id INT, amount DOUBLE) USING parquet")
+    spark.sql("INSERT INTO sales VALUES ('2024-01-01', 1, 10.0), ('2024-01-01', 2, 5.0), "
+              "('2024-01-02', 1, 7.0), ('2024-01-02', 2, 1.5)")
+    return "sales"
+
