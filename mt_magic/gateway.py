@@ -143,10 +143,14 @@ class Gateway:
         table = self.store.get(identifier)
         if table is not None:
             return table
-        if self.spark.catalog.tableExists(identifier):
+        if self._spark_table_exists(identifier):
             raise ValidationError(f"Table {identifier} is not a materialized table, does not support "
                                   "materialized table related operation.")
         raise TableNotFoundError(f"Materialized table with identifier {identifier} does not exist.")
+
+    def _spark_table_exists(self, identifier: str) -> bool:
+        quoted = ".".join(st.quote_identifier(p) for p in identifier.split(".", 2))
+        return bool(self.spark.catalog.tableExists(quoted))
 
     def _lock(self, identifier: str) -> threading.RLock:
         with self._locks_guard:
@@ -170,7 +174,7 @@ class Gateway:
             if statement.or_alter:
                 return self._create_or_alter(existing, statement)
             raise ValidationError(f"Materialized table {identifier} already exists.")
-        if self.spark.catalog.tableExists(identifier):
+        if self._spark_table_exists(identifier):
             if statement.or_alter:
                 raise ValidationError(f"Table {identifier}: Regular table does not support create or "
                                       "alter operation.")
@@ -200,6 +204,7 @@ class Gateway:
         schema = derive_schema(statement, analyzed.schema, self._computed_type(analyzed.definition_query))
         partition_keys = check_partition_keys(statement.partition_keys, schema.columns)
         check_formatters(statement.options, partition_keys, schema.columns)
+        storage = self._new_storage(statement.options, catalog, database, name)
         decision = derive_refresh_mode(
             IntervalFreshness.from_literal(statement.freshness) if statement.freshness else None,
             statement.refresh_mode or AUTOMATIC, self.options.duration(cfg.FRESHNESS_THRESHOLD),
@@ -212,7 +217,7 @@ class Gateway:
             definition_query=analyzed.definition_query, original_query=statement.query,
             freshness=str(decision.freshness), logical_refresh_mode=decision.logical_mode,
             refresh_mode=decision.refresh_mode, refresh_status=INITIALIZING,
-            storage=self._new_storage(statement.options, catalog, database, name),
+            storage=storage,
             primary_key=schema.primary_key, watermark=schema.watermark,
             partition_keys=partition_keys, options=dict(statement.options), comment=statement.comment,
             source_tables=analyzed.sources)

@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable
 
 
-def table_rows(spark, table: str) -> list[tuple]:
-    """The table's rows as sorted tuples, columns in the table's own order."""
-    return sorted((tuple(r) for r in spark.table(table).collect()), key=repr)
+def table_rows(spark, table: str) -> set[tuple]:
+    """The table's rows as a set of tuples, columns in the table's own order."""
+    return {tuple(r) for r in spark.table(table).collect()}
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.2):

@@ -46,7 +46,7 @@ class TableStorage:
 
     # ------------------------------------------------------------- catalog
     def exists(self, table: MaterializedTable) -> bool:
-        return bool(self.spark.catalog.tableExists(table.identifier))
+        return bool(self.spark.catalog.tableExists(table.quoted))
 
     def create(self, table: MaterializedTable) -> Storage:
         """The Spark table, external, on an empty first version."""
