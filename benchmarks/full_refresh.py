@@ -18,6 +18,8 @@ from mt_magic.session import local_session
 
 REPEATS = 5
 QUERY = "SELECT ds, product_id, SUM(amount) AS total, COUNT(*) AS n FROM src GROUP BY ds, product_id"
+# Spark stores partition columns last, so the plain INSERT names them in that order.
+PLAIN_QUERY = f"SELECT product_id, total, n, ds FROM ({QUERY})"
 
 
 def timed(action) -> float:
@@ -47,7 +49,7 @@ def main() -> None:
                         f"FRESHNESS = INTERVAL '1' DAY AS {QUERY}")
         plain_times, mt_times = [], []
         for _ in range(REPEATS):
-            plain_times.append(timed(lambda: spark.sql(f"INSERT OVERWRITE plain {QUERY}")))
+            plain_times.append(timed(lambda: spark.sql(f"INSERT OVERWRITE plain {PLAIN_QUERY}")))
             mt_times.append(timed(lambda: gateway.execute("ALTER MATERIALIZED TABLE mt REFRESH")))
         full = statistics.median(mt_times)
         plain = statistics.median(plain_times)

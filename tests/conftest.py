@@ -27,6 +27,9 @@ def db(spark):
     spark.sql(f"CREATE DATABASE {name}")
     spark.catalog.setCurrentDatabase(name)
     yield name
+    for view in spark.catalog.listTables(name):
+        if view.isTemporary:
+            spark.catalog.dropTempView(view.name)
     spark.catalog.setCurrentDatabase("default")
     spark.sql(f"DROP DATABASE {name} CASCADE")
 

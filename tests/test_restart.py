@@ -12,7 +12,7 @@ from mt_magic.catalog.model import INITIALIZING
 def forget_spark_tables(spark, db):
     """What a new kernel's in-memory Spark catalog looks like: the tables are gone, the data is not."""
     for table in spark.catalog.listTables(db):
-        if table.name != "sales":
+        if table.name != "sales" and not table.isTemporary:
             spark.sql(f"DROP TABLE {db}.{table.name}")
 
 
