@@ -82,9 +82,3 @@ class Options:
             self._session.clear()
         else:
             self._session.pop(key, None)
-
-    def session_items(self) -> dict[str, str]:
-        return dict(self._session)
-
-    def items(self) -> dict[str, str]:
-        return {**self._base, **self._session}

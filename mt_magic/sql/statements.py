@@ -11,10 +11,6 @@ from mt_magic.sql.freshness import FreshnessLiteral
 class ObjectName:
     parts: tuple[str, ...]
 
-    def __str__(self) -> str:
-        return ".".join(quote_identifier(p) if not p.replace("_", "a").isalnum() else p
-                        for p in self.parts)
-
 
 def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"

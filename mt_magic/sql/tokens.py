@@ -53,9 +53,7 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
 def _classify(ttype) -> Kind | None:
     if ttype in T.Whitespace or ttype in T.Comment or ttype in T.Newline:
         return None
-    if ttype in T.String.Symbol:
-        return Kind.STRING
-    if ttype in T.String:
+    if ttype in T.String:            # 'single' and "double" quoted literals alike
         return Kind.STRING
     if ttype in T.Number:
         return Kind.NUMBER
