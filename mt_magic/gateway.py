@@ -246,10 +246,10 @@ class Gateway:
             if existed and not self.storage.files.is_empty_dir(root):
                 raise ValidationError(f"Option 'path' = '{root}' names a folder that is not empty; "
                                       "a materialized table needs a folder of its own.")
-            return Storage(self.storage.files.qualify(root), fmt, owns_root=not existed)
+            return self.storage.first_storage(root, fmt, owns_root=not existed)
         data_dir = self.options.get(cfg.DATA_DIR) or f"{self.store.path.rsplit('/', 1)[0]}/data"
         root = f"{data_dir}/{catalog}/{database}/{name}-{uuid.uuid4().hex[:8]}"
-        return Storage(self.storage.files.qualify(root), fmt)
+        return self.storage.first_storage(root, fmt, owns_root=True)
 
     def _check_format(self, fmt: str) -> None:
         jvm = self.spark._jvm
@@ -266,8 +266,7 @@ class Gateway:
         self.store.put(table)
         step = "creating the Spark table"
         try:
-            table = table.evolve(storage=self.storage.create(table))
-            self.store.put(table)
+            self.storage.create(table)
             if self.options.get(cfg.FULL_INITIALIZE) != "on-schedule":
                 step = "running the initial refresh"
                 table = self._run(table, {}, periodic=False, raise_errors=True)

@@ -39,7 +39,8 @@ class AtomicJSONStorage(Storage):
         fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=folder)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(data, handle, indent=1, sort_keys=True)
+                # No indent: only then does json use its C encoder, several times faster.
+                handle.write(json.dumps(data, sort_keys=True))
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self.path)

@@ -13,16 +13,15 @@ class Entry:
     path: str
     name: str
     is_dir: bool
-    modified: float       # seconds since the epoch
 
 
 class Files:
     def __init__(self, spark: SparkSession) -> None:
-        self._jvm = spark._jvm
+        self._path_class = spark._jvm.org.apache.hadoop.fs.Path   # a lookup costs JVM round trips
         self._conf = spark._jsc.hadoopConfiguration()
 
     def _fs(self, path: str):
-        jpath = self._jvm.org.apache.hadoop.fs.Path(path)
+        jpath = self._path_class(path)
         return jpath.getFileSystem(self._conf), jpath
 
     def qualify(self, path: str) -> str:
@@ -54,12 +53,18 @@ class Files:
         fs, jpath = self._fs(path)
         if not fs.exists(jpath):
             return []
-        return [Entry(s.getPath().toString(), s.getPath().getName(), bool(s.isDirectory()),
-                      s.getModificationTime() / 1000.0) for s in fs.listStatus(jpath)]
+        entries = []
+        for status in fs.listStatus(jpath):   # each JVM call costs a round trip: as few as possible
+            path = status.getPath().toString()
+            entries.append(Entry(path, path.rstrip("/").rsplit("/", 1)[-1], bool(status.isDirectory())))
+        return entries
+
+    def age(self, path: str) -> float | None:
+        """Seconds since the file was last modified, or None when there is no such file."""
+        fs, jpath = self._fs(path)
+        if not fs.exists(jpath):
+            return None
+        return time.time() - fs.getFileStatus(jpath).getModificationTime() / 1000.0
 
     def is_empty_dir(self, path: str) -> bool:
         return not [e for e in self.list(path) if not e.name.startswith((".", "_"))]
-
-    @staticmethod
-    def age(entry: Entry) -> float:
-        return time.time() - entry.modified

@@ -8,6 +8,7 @@ crash before the publish leaves the old version in place.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -48,14 +49,15 @@ class TableStorage:
     def exists(self, table: MaterializedTable) -> bool:
         return bool(self.spark.catalog.tableExists(table.quoted))
 
-    def create(self, table: MaterializedTable) -> Storage:
-        """The Spark table, external, on an empty first version."""
-        self.files.mkdirs(table.storage.root)
-        empty = self.files.qualify(f"{table.storage.root}/{EMPTY_DIR}")
-        self.files.mkdirs(empty)
-        storage = Storage(table.storage.root, table.storage.format, empty, (), table.storage.owns_root)
-        self._create_table(table, storage)
-        return storage
+    def first_storage(self, root: str, fmt: str, owns_root: bool) -> Storage:
+        """Where a new table's data is: an empty folder until the first refresh publishes."""
+        root = self.files.qualify(root)
+        return Storage(root, fmt, f"{root}/{EMPTY_DIR}", (), owns_root)
+
+    def create(self, table: MaterializedTable) -> None:
+        """The Spark table, external, on its empty first version."""
+        self.files.mkdirs(table.storage.location)
+        self._create_table(table, table.storage)
 
     def register(self, table: MaterializedTable) -> None:
         """Put a table back into a fresh Spark catalog (a new kernel) at its published versions."""
@@ -118,7 +120,7 @@ class TableStorage:
                     if all(p.spec.get(k) == v for k, v in spec.items())}
         kept = {tuple(p.spec.items()): p.location for p in storage.partitions
                 if tuple(p.spec.items()) not in replaced}
-        empty = self.files.qualify(f"{storage.root}/{EMPTY_DIR}")
+        empty = f"{storage.root}/{EMPTY_DIR}"
         self.files.mkdirs(empty)
         # 1. new partitions appear empty; 2. one catalog call switches every affected partition;
         # 3. vanished partitions, empty since step 2, are removed.
@@ -160,27 +162,29 @@ class TableStorage:
                    f"Dropping partitions of {table.identifier}")
 
     def _alter_partitions(self, table: MaterializedTable, locations: dict[tuple, str]) -> None:
-        """One call of Spark's session catalog: the switch readers see as a single step."""
+        """One call of Spark's session catalog: the switch readers see as a single step.
+
+        Each partition is built afresh from the table's storage format (as ADD PARTITION builds it)
+        with the new location; its old statistics describe data that is gone. Every JVM call is a
+        round trip, so nothing is read back from the old partitions.
+        """
         if not locations:
             return
         jvm = self.spark._jvm
         state = self.spark._jsparkSession.sessionState()
         ident = state.sqlParser().parseTableIdentifier(
             f"{quote_identifier(table.database)}.{quote_identifier(table.name)}")
-        wanted = {tuple((k.lower(), v) for k, v in spec): loc for spec, loc in locations.items()}
-        changed = []
-        partitions = state.catalog().listPartitions(ident, jvm.scala.Option.empty())
-        for i in range(partitions.size()):
-            partition = partitions.apply(i)
-            spec = tuple((k.lower(), partition.spec().get(k).get()) for k in table.partition_keys)
-            if spec not in wanted:
-                continue
-            storage = partition.storage()
-            fields = [storage.productElement(j) for j in range(storage.productArity())]
-            fields[0] = jvm.scala.Some(self.files.uri(wanted[spec]))   # locationUri comes first
-            elements = [partition.productElement(j) for j in range(partition.productArity())]
-            elements[1] = storage.copy(*fields)                          # (spec, storage, ...)
-            changed.append(partition.copy(*elements))
+        template = state.catalog().getTableMetadata(ident).storage()
+        fields = [template.productElement(j) for j in range(template.productArity())]
+        # Class lookups through the JVM view are round trips too: each is made once.
+        catalog_package = jvm.org.apache.spark.sql.catalyst.catalog
+        partition_class, to_uri = catalog_package.CatalogTablePartition, catalog_package.CatalogUtils.stringToURI
+        some, to_map = jvm.scala.Some, jvm.PythonUtils.toScalaMap
+        no_parameters, no_stats = to_map({}), jvm.scala.Option.empty()
+        created = int(time.time() * 1000)
+        changed = [partition_class(to_map(dict(spec)), template.copy(some(to_uri(location)), *fields[1:]),
+                                   no_parameters, created, -1, no_stats)
+                   for spec, location in locations.items()]
         state.catalog().alterPartitions(ident, jvm.PythonUtils.toSeq(changed))
 
     # -------------------------------------------------------------- sweep
@@ -198,8 +202,9 @@ class TableStorage:
             path = entry.path.rstrip("/")
             if any(ref == path or ref.startswith(path + "/") for ref in referenced):
                 continue
-            marker = [e for e in self.files.list(entry.path) if e.name == SUPERSEDED_MARKER]
-            if not marker:
-                self.files.touch(f"{entry.path}/{SUPERSEDED_MARKER}")
-            elif Files.age(marker[0]) >= retention_s:
+            marker = f"{entry.path}/{SUPERSEDED_MARKER}"
+            age = self.files.age(marker)
+            if age is None:
+                self.files.touch(marker)
+            elif age >= retention_s:
                 self.files.delete(entry.path)
