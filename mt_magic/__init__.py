@@ -6,12 +6,13 @@ from mt_magic.errors import (ExecutionError, MaterializedTableError, ParseError,
                              StateError, TableNotFoundError, ValidationError)
 from mt_magic.gateway import Gateway
 from mt_magic.results import Result
+from mt_magic.save_as import save_as
 from mt_magic.sql.parser import parse
 
 __version__ = "0.1.0"
 
 __all__ = ["Gateway", "MaterializedTableError", "ParseError", "ValidationError", "StateError",
-           "TableNotFoundError", "ExecutionError", "SparkError", "Result", "parse", "__version__",
+           "TableNotFoundError", "ExecutionError", "SparkError", "Result", "parse", "save_as", "__version__",
            "load_ipython_extension", "unload_ipython_extension"]
 
 

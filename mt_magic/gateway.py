@@ -22,17 +22,18 @@ from mt_magic.catalog.store import CatalogStore
 from mt_magic.describe import describe_dict, describe_rows, show_create
 from mt_magic.errors import (ExecutionError, MaterializedTableError, SparkError, StateError,
                              TableNotFoundError, ValidationError)
-from mt_magic.refresh.full import job_group, run_refresh
+from mt_magic.refresh.full import job_group, run_refresh, shape, spark_job_group
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT, periodic_partition
 from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, workflow_name
-from mt_magic.refresh.storage import RESERVED_OPTIONS, TableStorage
+from mt_magic.refresh.storage import RESERVED_OPTIONS, TableStorage, data_source_format
 from mt_magic.results import Result
 from mt_magic.sql import statements as st
 from mt_magic.sql.analysis import AnalyzedQuery, QueryAnalyzer, spark_call, spark_message
 from mt_magic.sql.freshness import (AUTOMATIC, CONTINUOUS, FULL, IntervalFreshness,
                                     derive_refresh_mode)
 from mt_magic.sql.parser import parse
-from mt_magic.sql.schema import (check_formatters, check_partition_keys, column_from_field,
+from mt_magic.table_as import CREATE, IF_NOT_EXISTS, REPLACE, plan_target, write_table_as
+from mt_magic.sql.schema import (check_formatters, check_partition_keys, column_from_field, computed_type,
                                  derive_schema)
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class Gateway:
     def _execute(self, statement: st.Statement) -> Result:
         handlers: dict[type, Callable[[st.Statement], Result]] = {
             st.CreateMaterializedTable: self._create,
+            st.CreateTableAs: self._create_table_as,
             st.AlterSuspend: self._suspend,
             st.AlterResume: self._resume,
             st.AlterRefresh: self._refresh_statement,
@@ -190,18 +192,11 @@ class Gateway:
             raise ValidationError(f"The query of materialized table {identifier} reads the table itself.")
         return analyzed
 
-    def _computed_type(self, definition_query: str):
-        def computed(expression: str):
-            field = spark_call(lambda: self.spark.sql(definition_query).selectExpr(
-                f"({expression}) AS c").schema.fields[0], f"Computed column expression '{expression}'")
-            return field.dataType, field.nullable
-        return computed
-
     def _new_table(self, statement: st.CreateMaterializedTable, catalog: str, database: str,
                    name: str) -> MaterializedTable:
         identifier = f"{catalog}.{database}.{name}"
         analyzed = self._analyze(statement.query, identifier)
-        schema = derive_schema(statement, analyzed.schema, self._computed_type(analyzed.definition_query))
+        schema = derive_schema(statement, analyzed.schema, computed_type(self.spark.sql(analyzed.definition_query)))
         partition_keys = check_partition_keys(statement.partition_keys, schema.columns)
         check_formatters(statement.options, partition_keys, schema.columns)
         storage = self._new_storage(statement.options, catalog, database, name)
@@ -232,14 +227,7 @@ class Gateway:
 
     def _new_storage(self, options: Mapping[str, str], catalog: str, database: str,
                      name: str) -> Storage:
-        connector = options.get("connector")
-        if connector is not None and connector != "filesystem":
-            raise ValidationError(
-                f"Option 'connector' = '{connector}' is not supported: a materialized table is stored by "
-                "a Spark data source; leave 'connector' out or set it to 'filesystem', and pick the "
-                "data source with 'format'.")
-        fmt = options.get("format", "parquet")
-        self._check_format(fmt)
+        fmt = data_source_format(self.spark, options, default="parquet")
         if "path" in options:
             root = options["path"]
             existed = self.storage.files.exists(root)
@@ -250,15 +238,6 @@ class Gateway:
         data_dir = self.options.get(cfg.DATA_DIR) or f"{self.store.path.rsplit('/', 1)[0]}/data"
         root = f"{data_dir}/{catalog}/{database}/{name}-{uuid.uuid4().hex[:8]}"
         return self.storage.first_storage(root, fmt, owns_root=True)
-
-    def _check_format(self, fmt: str) -> None:
-        jvm = self.spark._jvm
-        try:
-            jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
-                fmt, self.spark._jsparkSession.sessionState().conf())
-        except (Py4JError, PySparkException):
-            raise ValidationError(f"Option 'format' = '{fmt}': Spark has no data source of that name "
-                                  "here (built in: parquet, orc, json, csv, text).") from None
 
     def _provision(self, table: MaterializedTable) -> Result:
         """CREATE's steps after validation; any failure undoes all of them and names the step."""
@@ -479,7 +458,7 @@ class Gateway:
                                   "supported; drop and create the table instead.")
         self._check_reserved(table, statement.options, list(statement.options) + list(table.options))
         analyzed = self._analyze(statement.query, table.identifier)
-        schema = derive_schema(statement, analyzed.schema, self._computed_type(analyzed.definition_query))
+        schema = derive_schema(statement, analyzed.schema, computed_type(self.spark.sql(analyzed.definition_query)))
         check_formatters(statement.options, table.partition_keys, schema.columns)
         changes: dict = {"options": dict(statement.options), "comment": statement.comment}
         if statement.columns or statement.primary_key or statement.watermark:
@@ -570,6 +549,22 @@ class Gateway:
             raise ValidationError(f"{identifier} is a materialized table: use DROP MATERIALIZED TABLE "
                                   f"{identifier}.")
         return self._spark(statement)
+
+    # ========================================================= CTAS/RTAS
+    def _create_table_as(self, statement: st.CreateTableAs) -> Result:
+        if statement.or_replace and statement.if_not_exists:
+            raise ValidationError("CREATE OR REPLACE TABLE AS cannot be combined with IF NOT EXISTS.")
+        if statement.watermark is not None:
+            raise ValidationError("WATERMARK has no meaning for a table written once by CREATE TABLE AS.")
+        mode = REPLACE if statement.or_replace else IF_NOT_EXISTS if statement.if_not_exists else CREATE
+        target = plan_target(self.spark, self.analyzer.resolve(statement.name), statement.options, mode,
+                             statement.partition_keys, statement.comment)
+        source = spark_call(lambda: self.spark.sql(statement.query), "The query")
+        schema = derive_schema(statement, source.schema, computed_type(source))
+        check_partition_keys(statement.partition_keys, schema.columns)
+        with spark_job_group(self.spark, f"mt_magic:ctas:{target.identifier}",
+                             f"{statement.verb} {target.identifier}"):
+            return write_table_as(self.spark, shape(source, schema.columns, target.identifier), target)
 
     # ============================================================== SHOW
     def _show_tables(self, statement: st.ShowMaterializedTables) -> Result:

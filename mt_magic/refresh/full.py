@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from mt_magic.catalog.model import MaterializedTable, Storage
+from mt_magic.catalog.model import Column, MaterializedTable, Storage
 from mt_magic.refresh.storage import TableStorage, data_source_options
 from mt_magic.sql.analysis import spark_call, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
@@ -42,17 +42,20 @@ def spark_job_group(spark: SparkSession, group: str, description: str) -> Iterat
 
 
 def table_dataframe(spark: SparkSession, table: MaterializedTable) -> DataFrame:
-    """The definition query shaped into the table's columns: order, declared types, NOT NULL."""
-    source = spark.sql(table.definition_query)
+    return shape(spark.sql(table.definition_query), table.columns, table.identifier)
+
+
+def shape(source: DataFrame, columns: Sequence[Column], identifier: str) -> DataFrame:
+    """The query's output shaped into the table's columns: order, declared types, NOT NULL."""
     nullable = {f.name.lower(): f.nullable for f in source.schema.fields}
     expressions = []
-    for column in table.columns:
+    for column in columns:
         if column.computed is not None:
             expression = f"({column.computed})"
         else:
             expression = quote_identifier(column.name)
             if not column.nullable and nullable.get(column.name.lower(), True):
-                message = sql_string(f"Column '{column.name}' of {table.identifier} is NOT NULL, "
+                message = sql_string(f"Column '{column.name}' of {identifier} is NOT NULL, "
                                      "but the query produced a NULL.")
                 expression = f"coalesce({expression}, raise_error({message}))"
         expressions.append(f"CAST({expression} AS {type_sql(column.data_type())}) AS "

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from urllib.parse import unquote
 
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage
+from mt_magic.errors import ValidationError
 from mt_magic.refresh.files import Files
 from mt_magic.sql.analysis import spark_call, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
@@ -38,6 +41,24 @@ def data_source_options(options: dict[str, str]) -> dict[str, str]:
     """Table options the data source itself reads (compression, header, ...)."""
     return {k: v for k, v in options.items()
             if k not in RESERVED_OPTIONS and not k.startswith(("partition.fields.", "materialized-table."))}
+
+
+def data_source_format(spark: SparkSession, options: Mapping[str, str], default: str) -> str:
+    """The Spark data source WITH options name, as Flink's filesystem connector reads them."""
+    connector = options.get("connector")
+    if connector is not None and connector != "filesystem":
+        raise ValidationError(
+            f"Option 'connector' = '{connector}' is not supported: the table is stored by a Spark data "
+            "source; leave 'connector' out or set it to 'filesystem', and pick the data source with "
+            "'format'.")
+    fmt = options.get("format", default)
+    try:
+        spark._jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+            fmt, spark._jsparkSession.sessionState().conf())
+    except (Py4JError, PySparkException):
+        raise ValidationError(f"Option 'format' = '{fmt}': Spark has no data source of that name here "
+                              "(built in: parquet, orc, json, csv, text).") from None
+    return fmt
 
 
 class TableStorage:
@@ -126,7 +147,7 @@ class TableStorage:
         # 3. vanished partitions, empty since step 2, are removed.
         self._add_partitions(table, {key: empty for key in written if key not in replaced and key not in kept})
         switch = {**{key: empty for key in replaced if key not in written}, **written}
-        self._alter_partitions(table, switch)
+        switch_partition_locations(self.spark, table.database, table.name, switch)
         self._drop_partitions(table, [key for key in replaced if key not in written])
         partitions = {**kept, **written}
         return Storage(storage.root, storage.format, storage.location,
@@ -161,32 +182,6 @@ class TableStorage:
         spark_call(lambda: self.spark.sql(f"ALTER TABLE {table.quoted} DROP IF EXISTS {clauses}"),
                    f"Dropping partitions of {table.identifier}")
 
-    def _alter_partitions(self, table: MaterializedTable, locations: dict[tuple, str]) -> None:
-        """One call of Spark's session catalog: the switch readers see as a single step.
-
-        Each partition is built afresh from the table's storage format (as ADD PARTITION builds it)
-        with the new location; its old statistics describe data that is gone. Every JVM call is a
-        round trip, so nothing is read back from the old partitions.
-        """
-        if not locations:
-            return
-        jvm = self.spark._jvm
-        state = self.spark._jsparkSession.sessionState()
-        ident = state.sqlParser().parseTableIdentifier(
-            f"{quote_identifier(table.database)}.{quote_identifier(table.name)}")
-        template = state.catalog().getTableMetadata(ident).storage()
-        fields = [template.productElement(j) for j in range(template.productArity())]
-        # Class lookups through the JVM view are round trips too: each is made once.
-        catalog_package = jvm.org.apache.spark.sql.catalyst.catalog
-        partition_class, to_uri = catalog_package.CatalogTablePartition, catalog_package.CatalogUtils.stringToURI
-        some, to_map = jvm.scala.Some, jvm.PythonUtils.toScalaMap
-        no_parameters, no_stats = to_map({}), jvm.scala.Option.empty()
-        created = int(time.time() * 1000)
-        changed = [partition_class(to_map(dict(spec)), template.copy(some(to_uri(location)), *fields[1:]),
-                                   no_parameters, created, -1, no_stats)
-                   for spec, location in locations.items()]
-        state.catalog().alterPartitions(ident, jvm.PythonUtils.toSeq(changed))
-
     # -------------------------------------------------------------- sweep
     def sweep(self, table: MaterializedTable, retention_s: float) -> None:
         """Delete versions no longer referenced, once they have been unreferenced for a while.
@@ -208,3 +203,50 @@ class TableStorage:
                 self.files.touch(marker)
             elif age >= retention_s:
                 self.files.delete(entry.path)
+
+
+def _table_ident(spark: SparkSession, database: str, name: str):
+    return spark._jsparkSession.sessionState().sqlParser().parseTableIdentifier(
+        f"{quote_identifier(database)}.{quote_identifier(name)}")
+
+
+def partition_locations(spark: SparkSession, database: str, name: str) -> dict[tuple, str]:
+    """Every partition's spec and location, read from Spark's session catalog."""
+    catalog = spark._jsparkSession.sessionState().catalog()
+    ident = _table_ident(spark, database, name)
+    columns = catalog.getTableMetadata(ident).partitionColumnNames()
+    keys = [columns.apply(i) for i in range(columns.size())]
+    partitions = catalog.listPartitions(ident, spark._jvm.scala.Option.empty())
+    found = {}
+    for i in range(partitions.size()):
+        partition = partitions.apply(i)
+        spec = partition.spec()
+        found[tuple((k, spec.get(k).get()) for k in keys)] = partition.location().toString()
+    return found
+
+
+def switch_partition_locations(spark: SparkSession, database: str, name: str,
+                               locations: dict[tuple, str]) -> None:
+    """One call of Spark's session catalog: the switch readers see as a single step.
+
+    Each partition is built afresh from the table's storage format (as ADD PARTITION builds it)
+    with the new location; its old statistics describe data that is gone. Every JVM call is a
+    round trip, so nothing is read back from the old partitions.
+    """
+    if not locations:
+        return
+    jvm = spark._jvm
+    catalog = spark._jsparkSession.sessionState().catalog()
+    ident = _table_ident(spark, database, name)
+    template = catalog.getTableMetadata(ident).storage()
+    fields = [template.productElement(j) for j in range(template.productArity())]
+    # Class lookups through the JVM view are round trips too: each is made once.
+    catalog_package = jvm.org.apache.spark.sql.catalyst.catalog
+    partition_class, to_uri = catalog_package.CatalogTablePartition, catalog_package.CatalogUtils.stringToURI
+    some, to_map = jvm.scala.Some, jvm.PythonUtils.toScalaMap
+    no_parameters, no_stats = to_map({}), jvm.scala.Option.empty()
+    created = int(time.time() * 1000)
+    changed = [partition_class(to_map(dict(spec)), template.copy(some(to_uri(location)), *fields[1:]),
+                               no_parameters, created, -1, no_stats)
+               for spec, location in locations.items()]
+    catalog.alterPartitions(ident, jvm.PythonUtils.toSeq(changed))

@@ -82,6 +82,8 @@ class _Parser:
         first = self.token
         if first.is_word("CREATE") and self._is_materialized(1):
             return self.create()
+        if first.is_word("CREATE") and self._is_table_as():
+            return self._optional(self.create_table_as)
         if first.is_word("ALTER") and self.peek().is_word("MATERIALIZED"):
             return self.alter()
         if first.is_word("DROP") and self._is_materialized(1):
@@ -108,6 +110,11 @@ class _Parser:
         if self.peek(i).is_word("TEMPORARY"):
             i += 1
         return self.peek(i).is_word("MATERIALIZED")
+
+    def _is_table_as(self) -> bool:
+        """CREATE [OR REPLACE] TABLE … with an AS query somewhere: FLIP-218's CTAS/RTAS."""
+        start = 3 if self.peek().is_word("OR") and self.peek(2).is_word("REPLACE") else 1
+        return self.peek(start).is_word("TABLE") and any(t.is_word("AS") for t in self.tokens)
 
     def _optional(self, rule) -> st.Statement:
         """Statements Spark also has: ours only in the exact shape, else Spark's."""
@@ -235,6 +242,34 @@ class _Parser:
         as_token = self.advance()
         return st.CreateMaterializedTable(self.statement_text, name=name, or_alter=or_alter,
                                           query=self.query_after(as_token), **fields)
+
+    def create_table_as(self) -> st.CreateTableAs:
+        """Flink's shape only; Spark's own clauses (USING, OPTIONS, LOCATION, ...) fail here and the
+        statement goes to Spark untouched."""
+        self.expect("CREATE")
+        or_replace = self.accept("OR")
+        if or_replace:
+            self.expect("REPLACE")
+        self.expect("TABLE")
+        if_not_exists = False
+        if self.accept("IF"):
+            self.expect("NOT")
+            self.expect("EXISTS")
+            if_not_exists = True
+        name = self.object_name()
+        fields: dict = {}
+        if self.token.is_symbol("("):
+            fields.update(self.table_elements())
+        if self.accept("COMMENT"):
+            fields["comment"] = self.string()
+        if self.accept("PARTITIONED"):
+            self.expect("BY")
+            fields["partition_keys"] = self.identifier_list()
+        if self.accept("WITH"):
+            fields["options"] = self.properties()
+        as_token = self.expect("AS")
+        return st.CreateTableAs(self.statement_text, name=name, or_replace=or_replace,
+                                if_not_exists=if_not_exists, query=self.query_after(as_token), **fields)
 
     @staticmethod
     def _create_expected(seen: dict) -> str:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from mt_magic.catalog.model import Column
 from mt_magic.errors import ValidationError
-from mt_magic.sql.analysis import implicit_cast, parse_type, type_text
+from mt_magic.sql.analysis import implicit_cast, parse_type, spark_call, type_text
 from mt_magic.sql.date_format import compile_pattern
-from mt_magic.sql.statements import CreateMaterializedTable
+from mt_magic.sql.statements import CreateMaterializedTable, CreateTableAs
 
 FORMATTER_PREFIX = "partition.fields."
 FORMATTER_SUFFIX = ".date-formatter"
@@ -27,6 +28,15 @@ class TableSchema:
     watermark: dict | None
 
 
+def computed_type(source: DataFrame) -> ComputedType:
+    """A computed column's type, as Spark derives it over the query's output."""
+    def derive(expression: str) -> tuple[T.DataType, bool]:
+        field = spark_call(lambda: source.selectExpr(f"({expression}) AS c").schema.fields[0],
+                           f"Computed column expression '{expression}'")
+        return field.dataType, field.nullable
+    return derive
+
+
 def column_from_field(field: T.StructField, nullable: bool | None = None, **extra) -> Column:
     data_type = extra.pop("data_type", field.dataType)
     return Column(field.name, data_type.simpleString(), field.nullable if nullable is None else nullable,
@@ -37,7 +47,7 @@ def _names(items: Sequence[str]) -> str:
     return "[" + ", ".join(f"'{n}'" for n in items) + "]"
 
 
-def derive_schema(statement: CreateMaterializedTable, query: T.StructType,
+def derive_schema(statement: CreateMaterializedTable | CreateTableAs, query: T.StructType,
                   computed_type: ComputedType) -> TableSchema:
     _reject_duplicate_names(query)
     by_name = {f.name.lower(): f for f in query.fields}
@@ -84,7 +94,6 @@ def _reorder(statement, query, by_name) -> list[Column]:
 
 
 def _typed(statement, query, by_name, computed_type: ComputedType) -> list[Column]:
-    verb = "CREATE OR ALTER" if statement.or_alter else "CREATE"
     pk_columns = {c.lower() for c in (statement.primary_key.columns if statement.primary_key else ())}
     pk_columns |= {c.name.lower() for c in statement.columns if c.primary_key}
     declared = {}
@@ -102,7 +111,7 @@ def _typed(statement, query, by_name, computed_type: ComputedType) -> list[Colum
         if column.name.lower() not in by_name:
             kind = "metadata persisted column" if column.metadata else "physical column"
             raise ValidationError(
-                f"Failed to execute {verb} MATERIALIZED TABLE statement.\nInvalid schema. All persisted "
+                f"Failed to execute {statement.verb} statement.\nInvalid schema. All persisted "
                 "(physical and metadata) columns in the schema part need to be present in the query "
                 f"part.\nHowever, {kind} `{column.name}` could not be found in the query.")
         declared[column.name.lower()] = column

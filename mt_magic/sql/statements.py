@@ -72,6 +72,31 @@ class CreateMaterializedTable(Statement):
     refresh_mode: str | None = None
     query: str = ""
 
+    @property
+    def verb(self) -> str:
+        return "CREATE OR ALTER MATERIALIZED TABLE" if self.or_alter else "CREATE MATERIALIZED TABLE"
+
+
+@dataclass(frozen=True)
+class CreateTableAs(Statement):
+    """CREATE [OR REPLACE] TABLE [IF NOT EXISTS] … AS query (FLIP-218's CTAS and RTAS)."""
+
+    name: ObjectName
+    or_replace: bool = False
+    if_not_exists: bool = False
+    columns: tuple[ColumnDef, ...] = ()
+    names_only: bool = False
+    watermark: Watermark | None = None
+    primary_key: PrimaryKey | None = None
+    comment: str | None = None
+    partition_keys: tuple[str, ...] = ()
+    options: dict[str, str] = field(default_factory=dict)
+    query: str = ""
+
+    @property
+    def verb(self) -> str:
+        return "CREATE OR REPLACE TABLE AS" if self.or_replace else "CREATE TABLE AS"
+
 
 @dataclass(frozen=True)
 class AlterMaterializedTable(Statement):

@@ -1,0 +1,235 @@
+"""CREATE TABLE AS / CREATE OR REPLACE TABLE AS and save_as(): FLIP-218 with drop on failure."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from pyspark.errors import AnalysisException
+
+from mt_magic import MaterializedTableError, parse, save_as
+from mt_magic.sql import statements as st
+from tests.helpers import table_rows, wait_for
+
+FAILING = "SELECT id, IF(id = 7, raise_error('bad row'), CAST(id % 3 AS STRING)) AS g FROM range(10)"
+
+
+def tables(spark, db) -> set[str]:
+    return {t.name for t in spark.catalog.listTables(db) if not t.isTemporary}
+
+
+def folder_entries(spark, db) -> set[str]:
+    """What the database's folder holds: managed tables' data, staging leftovers."""
+    location = spark.sql(f"DESCRIBE DATABASE EXTENDED {db}").where("info_name = 'Location'").first()[1]
+    path = location.replace("file:", "", 1)
+    return set(os.listdir(path)) if os.path.isdir(path) else set()
+
+
+def detail(spark, table: str, key: str) -> str:
+    return spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where(f"col_name = '{key}'").first()[1]
+
+
+def test_spark_syntax_stays_with_spark():
+    assert isinstance(parse("CREATE TABLE x USING parquet AS SELECT 1 AS a")[0], st.SparkStatement)
+    assert isinstance(parse("CREATE TABLE x (a INT) USING parquet")[0], st.SparkStatement)
+    statement = parse("CREATE OR REPLACE TABLE x (a BIGINT) COMMENT 'c' PARTITIONED BY (a) "
+                      "WITH ('format' = 'json') AS SELECT 1 AS a")[0]
+    assert isinstance(statement, st.CreateTableAs)
+    assert (statement.or_replace, statement.partition_keys, statement.options, statement.query) == (
+        True, ("a",), {"format": "json"}, "SELECT 1 AS a")
+
+
+def test_ctas_without_with_uses_spark_default_source(spark, gw, sales, db):
+    [result] = gw.execute("CREATE TABLE totals AS SELECT product_id, SUM(amount) AS total FROM sales "
+                          "GROUP BY product_id")
+    assert result.message == f"Created table spark_catalog.{db}.totals (parquet, 2 rows)."
+    assert table_rows(spark, "totals") == {(1, 17.0), (2, 6.5)}
+    assert spark.table("totals").schema == spark.sql(
+        "SELECT product_id, SUM(amount) AS total FROM sales GROUP BY product_id").schema
+    assert detail(spark, "totals", "Type") == "MANAGED"
+    assert tables(spark, db) == {"sales", "totals"}
+
+
+def test_ctas_partitioned_json_is_json_on_disk(spark, gw, sales, db):
+    gw.execute("CREATE TABLE by_day COMMENT 'per day' PARTITIONED BY (ds) WITH ('format' = 'json') "
+               "AS SELECT product_id, amount, ds FROM sales")
+    assert table_rows(spark, "by_day") == {(p, a, d) for d, p, a in table_rows(spark, "sales")}
+    assert [r[0] for r in spark.sql("SHOW PARTITIONS by_day").collect()] == ["ds=2024-01-01", "ds=2024-01-02"]
+    location = detail(spark, "by_day", "Location").replace("file:", "", 1)
+    data = [f for _, _, names in os.walk(location) for f in names if f.startswith("part-")]
+    assert data and all(f.endswith(".json") for f in data)
+    assert detail(spark, "by_day", "Comment") == "per day"
+
+
+def test_ctas_column_lists_cast_and_reorder(spark, gw, sales):
+    gw.execute("CREATE TABLE typed (product_id BIGINT NOT NULL, amount DOUBLE) AS "
+               "SELECT product_id, amount FROM sales")
+    assert [(f.name, f.dataType.simpleString()) for f in spark.table("typed").schema] == [
+        ("product_id", "bigint"), ("amount", "double")]
+    gw.execute("CREATE TABLE reordered (amount, ds, product_id) AS SELECT ds, product_id, amount FROM sales")
+    assert spark.table("reordered").columns == ["amount", "ds", "product_id"]
+    with pytest.raises(MaterializedTableError, match="Incompatible types for sink column 'ds'"):
+        gw.execute("CREATE TABLE bad (ds INT) AS SELECT ds FROM sales")
+
+
+@pytest.mark.parametrize("partitioned", ["", "PARTITIONED BY (g)"])
+def test_failing_ctas_leaves_no_table_and_no_files(spark, gw, db, partitioned):
+    before = folder_entries(spark, db)
+    with pytest.raises(MaterializedTableError, match="bad row"):
+        gw.execute(f"CREATE TABLE broken {partitioned} AS {FAILING}")
+    assert tables(spark, db) == set()
+    assert folder_entries(spark, db) == before
+
+
+def test_failing_ctas_with_path_removes_the_folder_it_made(spark, gw, db, tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(MaterializedTableError, match="bad row"):
+        gw.execute(f"CREATE TABLE broken WITH ('format' = 'csv', 'path' = '{target}') AS {FAILING}")
+    assert not target.exists() and tables(spark, db) == set()
+    target.mkdir()    # an empty folder of the user's stays, emptied
+    with pytest.raises(MaterializedTableError, match="bad row"):
+        gw.execute(f"CREATE TABLE broken WITH ('path' = '{target}') AS {FAILING}")
+    assert target.is_dir() and list(target.iterdir()) == []
+
+
+@pytest.mark.parametrize("partitioned", ["", "PARTITIONED BY (g)"])
+def test_rtas_replaces_and_a_failing_one_keeps_the_old_table(spark, gw, db, partitioned):
+    gw.execute(f"CREATE TABLE t {partitioned} AS SELECT id, CAST(id % 2 AS STRING) AS g FROM range(4)")
+    [result] = gw.execute(f"CREATE OR REPLACE TABLE t {partitioned} AS "
+                          "SELECT id * 10 AS id, CAST(id % 3 AS STRING) AS g FROM range(6)")
+    assert result.message == f"Replaced table spark_catalog.{db}.t (parquet, 6 rows)."
+    replaced = {(i * 10, str(i % 3)) for i in range(6)}
+    assert table_rows(spark, "t") == replaced
+    before = folder_entries(spark, db)
+    with pytest.raises(MaterializedTableError, match="bad row"):
+        gw.execute(f"CREATE OR REPLACE TABLE t {partitioned} AS {FAILING}")
+    assert table_rows(spark, "t") == replaced
+    assert tables(spark, db) == {"t"} and folder_entries(spark, db) == before
+    # a second replacement of a partitioned table must not purge the new data with the old name
+    gw.execute(f"CREATE OR REPLACE TABLE t {partitioned} AS SELECT id, CAST(id AS STRING) AS g FROM range(3)")
+    assert table_rows(spark, "t") == {(i, str(i)) for i in range(3)}
+
+
+def test_if_not_exists_does_nothing_and_says_so(spark, gw, db):
+    gw.execute("CREATE TABLE t AS SELECT 1 AS a")
+    [result] = gw.execute("CREATE TABLE IF NOT EXISTS t AS SELECT 2 AS a")
+    assert "already exists; nothing was written" in result.message
+    assert table_rows(spark, "t") == {(1,)}
+    with pytest.raises(MaterializedTableError, match=f"Table spark_catalog.{db}.t already exists"):
+        gw.execute("CREATE TABLE t AS SELECT 2 AS a")
+
+
+def test_reader_never_sees_a_partial_table(spark, gw, db):
+    seen: list[int] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                seen.append(spark.table("big").count())
+            except AnalysisException:
+                seen.append(-1)      # not there yet: fine
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        gw.execute("CREATE TABLE big PARTITIONED BY (g) AS "
+                   "SELECT id, CAST(id % 20 AS STRING) AS g FROM range(300000)")
+        seen_after = len(seen)
+        while len(seen) < seen_after + 2:
+            pass
+    finally:
+        done.set()
+        reader.join()
+    assert set(seen) <= {-1, 300000} and 300000 in seen and -1 in seen
+
+
+@pytest.mark.parametrize("statement, message", [
+    ("CREATE TABLE x WITH ('format' = 'avro') AS SELECT 1 AS a", "Option 'format' = 'avro'"),
+    ("CREATE TABLE x WITH ('connector' = 'kafka') AS SELECT 1 AS a", "Option 'connector' = 'kafka'"),
+    ("CREATE TABLE x AS SELECT nope FROM range(1)", "UNRESOLVED_COLUMN"),
+    ("CREATE TABLE x PARTITIONED BY (z) AS SELECT 1 AS a", "z"),
+    ("CREATE OR REPLACE TABLE IF NOT EXISTS x AS SELECT 1 AS a", "cannot be combined with IF NOT EXISTS"),
+])
+def test_bad_ctas_is_a_clear_error_with_nothing_left(spark, gw, db, statement, message):
+    before = folder_entries(spark, db)
+    with pytest.raises(MaterializedTableError, match=message):
+        gw.execute(statement)
+    assert tables(spark, db) == set() and folder_entries(spark, db) == before
+
+
+def test_ctas_over_a_materialized_table_name_is_refused(spark, gw, sales):
+    gw.execute("CREATE MATERIALIZED TABLE mt REFRESH_MODE = FULL AS SELECT * FROM sales")
+    for statement in ("CREATE TABLE mt AS SELECT 1 AS a", "CREATE OR REPLACE TABLE mt AS SELECT 1 AS a"):
+        with pytest.raises(MaterializedTableError, match="is a materialized table"):
+            gw.execute(statement)
+    assert len(table_rows(spark, "mt")) == 4
+
+
+def test_path_that_is_not_empty_is_refused(spark, gw, db, tmp_path):
+    folder = tmp_path / "user"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    with pytest.raises(MaterializedTableError, match="names a folder that is not empty"):
+        gw.execute(f"CREATE TABLE x WITH ('path' = '{folder}') AS SELECT 1 AS a")
+    assert os.listdir(folder) == ["keep.txt"]
+
+
+# ---------------------------------------------------------------- Python API
+def test_save_as_creates_with_options_reaching_the_source(spark, db, tmp_path):
+    frame = spark.sql("SELECT id, CAST(id % 2 AS STRING) AS g FROM range(5)")
+    path = tmp_path / "json_table"
+    pipeline = save_as(frame, f"{db}.api").option("format", "json").option("path", str(path)).create()
+    assert not path.exists() and "api" not in tables(spark, db)     # create() writes nothing
+    result = pipeline.execute()
+    assert result.message == f"Created table spark_catalog.{db}.api (json, 5 rows)."
+    assert table_rows(spark, "api") == {(i, str(i % 2)) for i in range(5)}
+    assert any(f.endswith(".json") for f in os.listdir(path))
+    assert detail(spark, "api", "Type") == "EXTERNAL"
+
+
+def test_save_as_on_an_existing_table(spark, db):
+    spark.sql("CREATE TABLE there USING parquet AS SELECT 1 AS a")
+    frame = spark.sql("SELECT 2 AS a")
+    with pytest.raises(MaterializedTableError, match="already exists"):
+        save_as(frame, "there").create()
+    result = save_as(frame, "there").create_if_not_exist().execute()
+    assert "nothing was written" in result.message and table_rows(spark, "there") == {(1,)}
+
+
+def test_save_as_validates_options_before_writing(spark, db):
+    with pytest.raises(MaterializedTableError, match="Option 'format' = 'nosuch'"):
+        save_as(spark.sql("SELECT 1 AS a"), "x").option("format", "nosuch").create()
+    with pytest.raises(MaterializedTableError, match="not columns of the DataFrame"):
+        save_as(spark.sql("SELECT 1 AS a"), "x").partitioned_by("b")
+    assert tables(spark, db) == set()
+
+
+def test_save_as_failing_job_leaves_nothing(spark, db):
+    before = folder_entries(spark, db)
+    pipeline = save_as(spark.sql(FAILING), "x").partitioned_by("g").create()
+    with pytest.raises(MaterializedTableError, match="bad row"):
+        pipeline.execute()
+    assert tables(spark, db) == set() and folder_entries(spark, db) == before
+
+
+def test_cancelled_ctas_leaves_nothing(spark, gw, db):
+    spark.udf.register("slow", lambda x: __import__("time").sleep(0.05) or x, "bigint")
+    group = f"mt_magic:ctas:spark_catalog.{db}.slow_t"
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            gw.execute("CREATE TABLE slow_t AS SELECT slow(id) AS id FROM range(400)")
+        except BaseException as error:   # noqa: BLE001 - recorded for the assertion
+            errors.append(error)
+
+    before = folder_entries(spark, db)
+    worker = threading.Thread(target=create)
+    worker.start()
+    wait_for(lambda: spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+    spark.sparkContext.cancelJobGroup(group)
+    worker.join(60)
+    assert len(errors) == 1 and isinstance(errors[0], MaterializedTableError)
+    assert tables(spark, db) == set() and folder_entries(spark, db) == before
