@@ -17,6 +17,9 @@ DATA_DIR = "materialized-table.data-dir"
 VERSION_RETENTION = "materialized-table.storage.version-retention"
 SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"
 CHECKPOINT_INTERVAL = "execution.checkpointing.interval"
+CHECKPOINT_DIR = "execution.checkpointing.dir"
+MAX_RESTARTS = "materialized-table.continuous.max-restarts"
+STATIC_SOURCES = "materialized-table.continuous.static-sources"
 
 DEFAULTS: dict[str, str] = {
     FRESHNESS_THRESHOLD: "30 min",
@@ -24,6 +27,7 @@ DEFAULTS: dict[str, str] = {
     DEFAULT_FRESHNESS_FULL: "1 h",
     FULL_INITIALIZE: "on-create",
     VERSION_RETENTION: "10 min",
+    MAX_RESTARTS: "3",
 }
 
 CATALOG_STORE_ENV = "MT_MAGIC_CATALOG_STORE"

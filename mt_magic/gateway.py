@@ -22,6 +22,7 @@ from mt_magic.catalog.store import CatalogStore
 from mt_magic.describe import describe_dict, describe_rows, show_create
 from mt_magic.errors import (ExecutionError, MaterializedTableError, SparkError, StateError,
                              TableNotFoundError, ValidationError)
+from mt_magic.refresh.continuous import ContinuousJobs, output_mode
 from mt_magic.refresh.full import job_group, run_refresh, shape, spark_job_group
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT, periodic_partition
 from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, workflow_name
@@ -65,6 +66,9 @@ class Gateway:
         self._running: set[str] = set()
         self.restore_warnings: list[str] = []
         self.scheduler = RefreshScheduler(self._scheduled_fire)
+        self.jobs = ContinuousJobs(
+            self.spark, self.storage, self.store, self._lock,
+            lambda: self.options.duration(cfg.VERSION_RETENTION).total_seconds(), self._job_failed)
         self._restore()
 
     # ================================================================ API
@@ -87,8 +91,15 @@ class Gateway:
             return self._periodic_refresh(table, schedule_time)
         return self._manual_refresh(table, dict(partition or {}))
 
+    def progress(self, name: str) -> dict | None:
+        """The running streaming job's latest progress (CONTINUOUS tables), else None."""
+        table = self._load(self._name(name))
+        progress = self.jobs.progress(table.identifier)
+        return None if progress is None else dict(vars(progress))
+
     def close(self) -> None:
-        """Stop the scheduler and any running refresh; every table keeps its status."""
+        """Stop the streaming jobs gracefully, the scheduler and any running refresh; statuses stay."""
+        self.jobs.stop_all()
         for identifier in list(self._running):
             self.spark.sparkContext.cancelJobGroup(f"mt_magic:{identifier}")
         self.scheduler.shutdown()
@@ -205,7 +216,6 @@ class Gateway:
             statement.refresh_mode or AUTOMATIC, self.options.duration(cfg.FRESHNESS_THRESHOLD),
             self.options.duration(cfg.DEFAULT_FRESHNESS_CONTINUOUS),
             self.options.duration(cfg.DEFAULT_FRESHNESS_FULL))
-        self._require_full(decision.refresh_mode, identifier, decision.freshness)
         return MaterializedTable(
             catalog=catalog, database=database, name=name, columns=schema.columns,
             query_columns=tuple(f.name for f in analyzed.schema.fields),
@@ -216,14 +226,6 @@ class Gateway:
             primary_key=schema.primary_key, watermark=schema.watermark,
             partition_keys=partition_keys, options=dict(statement.options), comment=statement.comment,
             source_tables=analyzed.sources)
-
-    def _require_full(self, mode: str, identifier: str, freshness: IntervalFreshness) -> None:
-        if mode == CONTINUOUS:
-            raise ValidationError(
-                f"Materialized table {identifier} would be refreshed in CONTINUOUS mode (freshness "
-                f"{freshness} is below the threshold "
-                f"{self.options.get(cfg.FRESHNESS_THRESHOLD)}); CONTINUOUS refresh jobs are not "
-                "available yet. Use REFRESH_MODE = FULL with a freshness on the cron grid.")
 
     def _new_storage(self, options: Mapping[str, str], catalog: str, database: str,
                      name: str) -> Storage:
@@ -246,11 +248,15 @@ class Gateway:
         step = "creating the Spark table"
         try:
             self.storage.create(table)
-            if self.options.get(cfg.FULL_INITIALIZE) != "on-schedule":
-                step = "running the initial refresh"
-                table = self._run(table, {}, periodic=False, raise_errors=True)
-            step = "creating the refresh workflow"
-            handler = self._schedule(table, paused=False, dynamic_options={})
+            if table.refresh_mode == CONTINUOUS:
+                step = "starting the continuous refresh job"
+                handler = self._start_job(table, fresh=True, dynamic_options={})
+            else:
+                if self.options.get(cfg.FULL_INITIALIZE) != "on-schedule":
+                    step = "running the initial refresh"
+                    table = self._run(table, {}, periodic=False, raise_errors=True)
+                step = "creating the refresh workflow"
+                handler = self._schedule(table, paused=False, dynamic_options={})
             table = self.store.update(identifier, lambda t: t.evolve(
                 refresh_status=ACTIVATED, refresh_handler=handler))
         except BaseException as error:
@@ -262,9 +268,10 @@ class Gateway:
                          f"freshness {table.freshness}{self._next_text(identifier)}.")
 
     def _rollback(self, table: MaterializedTable) -> None:
-        self.scheduler.remove(table.identifier)
+        self._stop_pipeline(table)
         try:
             self.storage.drop(table)
+            self._delete_checkpoints(self.store.get(table.identifier) or table)
         finally:
             self.store.delete(table.identifier)
 
@@ -388,6 +395,8 @@ class Gateway:
     def _suspend(self, statement: st.AlterSuspend) -> Result:
         table = self._load(statement.name)
         self._require_not_initializing(table, "suspend")
+        if table.refresh_mode == CONTINUOUS:
+            return self._suspend_job(table)
         if table.refresh_status == SUSPENDED:
             raise StateError(f"Materialized table {table.identifier} refresh workflow has been suspended.")
         if self.scheduler.has(table.identifier):
@@ -398,6 +407,8 @@ class Gateway:
     def _resume(self, statement: st.AlterResume) -> Result:
         table = self._load(statement.name)
         self._require_not_initializing(table, "resume")
+        if table.refresh_mode == CONTINUOUS:
+            return self._resume_job(table, dict(statement.options))
         if table.refresh_status == ACTIVATED:
             raise StateError(f"Materialized table {table.identifier} refresh workflow has been resumed.")
         dynamic = statement.options or table.refresh_handler.get("dynamic_options", {})
@@ -406,6 +417,116 @@ class Gateway:
                                                                refresh_handler=handler))
         return Result.ok(f"Resumed materialized table {table.identifier}"
                          f"{self._next_text(table.identifier)}.")
+
+    # ======================================================== CONTINUOUS
+    def _checkpoint_root(self) -> str:
+        return self.options.get(cfg.CHECKPOINT_DIR) or f"{self.store.path.rsplit('/', 1)[0]}/checkpoints"
+
+    def _new_checkpoint(self, table: MaterializedTable, root: str | None = None) -> str:
+        folder = root or self._checkpoint_root()
+        return self.storage.files.qualify(
+            f"{folder}/{table.catalog}/{table.database}/{table.name}-{uuid.uuid4().hex[:8]}")
+
+    def _start_job(self, table: MaterializedTable, fresh: bool, dynamic_options: dict,
+                   checkpoint: str | None = None) -> dict:
+        """Start the streaming job: fresh (new checkpoint, new data version) or from `checkpoint`."""
+        streaming = self._streaming_query(table)
+        interval = self.options.get(cfg.CHECKPOINT_INTERVAL)
+        trigger = (self.options.duration(cfg.CHECKPOINT_INTERVAL) if interval
+                   else IntervalFreshness.parse(table.freshness).duration).total_seconds()
+        location = checkpoint if checkpoint and not fresh else self._new_checkpoint(table)
+        handler = spark_call(lambda: self.jobs.start(table, streaming, location, fresh, trigger,
+                                                     dynamic_options),
+                             f"Starting the continuous refresh job of {table.identifier}")
+        return {**handler, "restarts": table.refresh_handler.get("restarts", 0) if not fresh else 0}
+
+    def _check_streamable(self, table: MaterializedTable) -> None:
+        """Before anything is stopped: the new definition must stream (Flink's master checks first)."""
+        frame = spark_call(lambda: self.spark.sql(self._streaming_query(table)), table.identifier)
+        output_mode(self.spark, frame, table)
+
+    def _streaming_query(self, table: MaterializedTable) -> str:
+        """Sources listed in the static-sources option are joined as static data; the rest stream."""
+        names = [n.strip() for n in (table.options.get(cfg.STATIC_SOURCES) or "").split(",") if n.strip()]
+        static = {".".join(self.analyzer.resolve(self._name(n))).lower() for n in names}
+        return spark_call(lambda: self.analyzer.streaming_query(table.definition_query, static),
+                          f"Materialized table {table.identifier}")
+
+    def _job_text(self, table: MaterializedTable) -> str:
+        return table.refresh_handler.get("streaming_query_id", "<none>")
+
+    def _suspend_job(self, table: MaterializedTable) -> Result:
+        if table.refresh_status == SUSPENDED:
+            raise StateError(f"Materialized table {table.identifier} continuous refresh job has been "
+                             f"suspended, jobId is {self._job_text(table)}.")
+        savepoints = self.options.get(cfg.SAVEPOINT_DIR)
+        if not savepoints:
+            raise StateError(f"Failed to suspend the continuous refresh job for materialized table "
+                             f"{table.identifier}. Savepoint directory is not configured, can't stop job "
+                             f"with savepoint ('{cfg.SAVEPOINT_DIR}').")
+        with self._lock(table.identifier):
+            self.jobs.stop(table.identifier)
+            handler = dict(table.refresh_handler)
+            savepoint = self._new_checkpoint(table, savepoints)
+            self.storage.files.mkdirs(savepoint.rsplit("/", 1)[0])
+            self.storage.files.rename(handler["checkpoint_location"], savepoint)
+            handler.update(restore_path=savepoint, checkpoint_location=savepoint)
+            self.store.update(table.identifier, lambda t: t.evolve(refresh_status=SUSPENDED,
+                                                                   refresh_handler=handler))
+        return Result.ok(f"Suspended materialized table {table.identifier}; savepoint {savepoint}.")
+
+    def _resume_job(self, table: MaterializedTable, dynamic_options: dict) -> Result:
+        if table.refresh_status == ACTIVATED and self.jobs.is_running(table.identifier):
+            raise StateError(f"Materialized table {table.identifier} continuous refresh job has been "
+                             f"resumed, jobId is {self._job_text(table)}.")
+        restore = table.refresh_handler.get("restore_path") if table.refresh_status == SUSPENDED else None
+        handler = self._start_job(table, fresh=restore is None, dynamic_options=dynamic_options,
+                                  checkpoint=restore)
+        handler.pop("restore_path", None)
+        self.store.update(table.identifier, lambda t: t.evolve(refresh_status=ACTIVATED,
+                                                               refresh_handler=handler))
+        started = "from its savepoint" if restore else "from scratch"
+        return Result.ok(f"Resumed materialized table {table.identifier}: continuous refresh job "
+                         f"{handler['streaming_query_id']} started {started}.")
+
+    def _job_failed(self, identifier: str, message: str) -> None:
+        """Called from Spark's listener thread: record, then restart with backoff up to the limit."""
+        table = self.store.update(identifier, lambda t: t.evolve(refresh_handler={
+            **t.refresh_handler, "failure": message, "failed_at": now_iso()}))
+        restarts = int(table.refresh_handler.get("restarts", 0))
+        if restarts >= int(self.options.get(cfg.MAX_RESTARTS) or 0):
+            log.warning("Continuous refresh job of %s failed; no restarts left: %s", identifier, message)
+            return
+        self.scheduler.run_once(f"restart:{identifier}", 2 ** restarts,
+                                lambda: self._restart_job(identifier, restarts + 1))
+
+    def _restart_job(self, identifier: str, restarts: int) -> None:
+        try:
+            table = self.store.get(identifier)
+            if table is None or table.refresh_status != ACTIVATED or table.refresh_mode != CONTINUOUS \
+                    or self.jobs.is_running(identifier):
+                return
+            handler = self._start_job(table, fresh=False, dynamic_options=table.refresh_handler.get(
+                "dynamic_options", {}), checkpoint=table.refresh_handler.get("checkpoint_location"))
+            self.store.update(identifier, lambda t: t.evolve(refresh_handler={
+                **handler, "restarts": restarts, "failure": t.refresh_handler.get("failure"),
+                "failed_at": t.refresh_handler.get("failed_at")}))
+        except Exception as error:   # noqa: BLE001 - recorded; the scheduler thread must go on
+            try:
+                self.store.update(identifier, lambda t: t.evolve(
+                    refresh_handler={**t.refresh_handler, "restarts": restarts}))
+                self._job_failed(identifier, spark_message(error))
+            except MaterializedTableError:
+                log.warning("Restarting the continuous refresh job of %s failed: %s", identifier, error)
+
+    def _stop_pipeline(self, table: MaterializedTable) -> None:
+        self.scheduler.remove(table.identifier)
+        self.jobs.stop(table.identifier)
+
+    def _delete_checkpoints(self, table: MaterializedTable) -> None:
+        for key in ("checkpoint_location", "restore_path"):
+            if table.refresh_handler.get(key):
+                self.storage.files.delete(table.refresh_handler[key])
 
     # =========================================================== ALTER AS
     def _alter_query_statement(self, statement: st.AlterQuery) -> Result:
@@ -438,15 +559,27 @@ class Gateway:
                                definition_query=analyzed.definition_query,
                                query_columns=tuple(f.name for f in analyzed.schema.fields),
                                source_tables=analyzed.sources, **changes)
+        continuous = table.refresh_mode == CONTINUOUS
+        if continuous:
+            self._check_streamable(updated)
+            self.jobs.stop(table.identifier)
         if appended:
             self.storage.add_columns(updated, len(appended))
+        handler = dict(table.refresh_handler)
+        if continuous:   # §4.5: the new job starts from scratch; a SUSPENDED one will on RESUME
+            self._delete_checkpoints(table)
+            handler.pop("restore_path", None)
+            handler.pop("checkpoint_location", None)
+            if table.refresh_status == ACTIVATED:
+                handler = self._start_job(updated, fresh=True, dynamic_options={})
         self.store.update(table.identifier, lambda t: t.evolve(
             columns=updated.columns, original_query=updated.original_query,
             definition_query=updated.definition_query, query_columns=updated.query_columns,
-            source_tables=updated.source_tables, **changes))
+            source_tables=updated.source_tables, refresh_handler=handler, **changes))
         added = f", added {', '.join(c.name for c in appended)}" if appended else ""
-        return Result.ok(f"Altered the query of materialized table {table.identifier}{added}; the next "
-                         "refresh uses it.")
+        after = ("; a new continuous refresh job started from scratch" if continuous
+                 and table.refresh_status == ACTIVATED else "; the next refresh uses it")
+        return Result.ok(f"Altered the query of materialized table {table.identifier}{added}{after}.")
 
     def _create_or_alter(self, table: MaterializedTable, statement: st.CreateMaterializedTable) -> Result:
         self._require_not_initializing(table, "alter")
@@ -489,11 +622,23 @@ class Gateway:
                                        self.options.duration(cfg.FRESHNESS_THRESHOLD),
                                        self.options.duration(cfg.DEFAULT_FRESHNESS_CONTINUOUS),
                                        self.options.duration(cfg.DEFAULT_FRESHNESS_FULL))
-        self._require_full(decision.refresh_mode, table.identifier, decision.freshness)
         updated = table.evolve(freshness=str(decision.freshness), logical_refresh_mode=logical_mode,
                                refresh_mode=decision.refresh_mode)
-        handler = self._schedule(updated, paused=table.refresh_status == SUSPENDED,
-                                 dynamic_options=table.refresh_handler.get("dynamic_options", {}))
+        to_continuous, was_continuous = decision.refresh_mode == CONTINUOUS, table.refresh_mode == CONTINUOUS
+        if to_continuous:
+            self._check_streamable(updated)
+        self._stop_pipeline(table)
+        dynamic = table.refresh_handler.get("dynamic_options", {})
+        if not to_continuous:
+            if was_continuous:
+                self._delete_checkpoints(table)
+            handler = self._schedule(updated, paused=table.refresh_status == SUSPENDED,
+                                     dynamic_options=dynamic)
+        elif table.refresh_status == SUSPENDED:
+            handler = dict(table.refresh_handler) if was_continuous else {}
+        else:   # a new trigger continues from the checkpoint; a table coming from FULL starts fresh
+            handler = self._start_job(updated, fresh=not was_continuous, dynamic_options=dynamic,
+                                      checkpoint=table.refresh_handler.get("checkpoint_location"))
         self.store.update(table.identifier, lambda t: t.evolve(
             freshness=updated.freshness, logical_refresh_mode=logical_mode,
             refresh_mode=decision.refresh_mode, refresh_handler=handler))
@@ -536,10 +681,12 @@ class Gateway:
                 return Result.ok("Nothing to drop.")
             raise
         identifier = table.identifier
-        self.scheduler.remove(identifier)
+        self._stop_pipeline(table)
         self.spark.sparkContext.cancelJobGroup(job_group(table))
         with self._lock(identifier):
+            table = self.store.get(identifier) or table
             self.storage.drop(table)
+            self._delete_checkpoints(table)
             self.store.delete(identifier)
         return Result.ok(f"Dropped materialized table {identifier}.")
 
@@ -642,6 +789,10 @@ class Gateway:
                 if table.refresh_mode == FULL:
                     self._schedule(table, paused=table.refresh_status == SUSPENDED,
                                    dynamic_options=table.refresh_handler.get("dynamic_options", {}))
+                elif table.refresh_status == ACTIVATED:
+                    handler = self._start_job(table, fresh=False, dynamic_options=table.refresh_handler.get(
+                        "dynamic_options", {}), checkpoint=table.refresh_handler.get("checkpoint_location"))
+                    self.store.update(table.identifier, lambda t: t.evolve(refresh_handler=handler))
                 self.storage.sweep(table, retention)
             except (MaterializedTableError, PySparkException, Py4JError) as error:
                 self.restore_warnings.append(f"{table.identifier}: {spark_message(error)}")

@@ -133,7 +133,6 @@ def assert_nothing_left(spark, gw):
     ("FRESHNESS = INTERVAL '1' MONTH", "as the time unit"),
     ("FRESHNESS = INTERVAL '40' MINUTE", "only freshness that are factors of 60"),
     ("FRESHNESS = INTERVAL '2' DAY REFRESH_MODE = FULL", "freshness must be 1 when the time unit is DAY"),
-    ("FRESHNESS = INTERVAL '10' SECOND", "CONTINUOUS refresh jobs are not available yet"),
 ])
 def test_validation_rules(spark, gw, sales, clauses, fragment):
     with pytest.raises(ValidationError) as info:

@@ -10,7 +10,7 @@ from pyspark.errors import AnalysisException
 
 from mt_magic import MaterializedTableError, parse, save_as
 from mt_magic.sql import statements as st
-from tests.helpers import table_rows, wait_for
+from helpers import table_rows, wait_for
 
 FAILING = "SELECT id, IF(id = 7, raise_error('bad row'), CAST(id % 3 AS STRING)) AS g FROM range(10)"
 

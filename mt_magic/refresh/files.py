@@ -45,6 +45,12 @@ class Files:
         fs, jpath = self._fs(path)
         fs.delete(jpath, True)
 
+    def rename(self, source: str, target: str) -> None:
+        """One atomic step on HDFS and local disks; False from Hadoop becomes an error."""
+        fs, jsource = self._fs(source)
+        if not fs.rename(jsource, self._path_class(target)):
+            raise OSError(f"Could not rename {source} to {target}.")
+
     def touch(self, path: str) -> None:
         fs, jpath = self._fs(path)
         fs.create(jpath, True).close()

@@ -7,13 +7,14 @@ from the records. Cron fires at wall-clock multiples, as Flink's Quartz triggers
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
 
 from mt_magic.sql.freshness import IntervalFreshness
 
@@ -42,6 +43,12 @@ class RefreshScheduler:
                                 name=identifier, replace_existing=True,
                                 next_run_time=None if paused else trigger.get_next_fire_time(
                                     None, datetime.now(zone)))
+
+    def run_once(self, job_id: str, delay_s: float, action: Callable[[], None]) -> None:
+        """A one-off job (a restart after a failure, with backoff)."""
+        self._scheduler.add_job(action, DateTrigger(run_date=datetime.now(timezone.utc)
+                                                    + timedelta(seconds=delay_s)),
+                                id=job_id, name=job_id, replace_existing=True)
 
     def pause(self, identifier: str) -> None:
         self._scheduler.pause_job(identifier)

@@ -92,6 +92,8 @@ class TableStorage:
             f"{quote_identifier(c.name)} {type_sql(c.data_type())}"
             + (f" COMMENT {sql_string(c.comment)}" if c.comment else "") for c in table.columns)
         options = data_source_options(table.options)
+        if not table.partition_keys:   # continuous appends commit a micro-batch as a sub-folder
+            options["recursiveFileLookup"] = "true"
         ddl = [f"CREATE TABLE {table.quoted} ({columns}) USING {quote_identifier(storage.format)}"]
         if options:
             ddl.append("OPTIONS (" + ", ".join(f"{sql_string(k)} = {sql_string(v)}"

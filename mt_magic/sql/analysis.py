@@ -41,6 +41,13 @@ def spark_message(error: BaseException) -> str:
     return text.strip()
 
 
+# Words that may follow a table name and are not its alias.
+_CLAUSE_WORDS = ("WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "JOIN", "LEFT", "RIGHT", "FULL", "INNER",
+                 "OUTER", "CROSS", "NATURAL", "SEMI", "ANTI", "ON", "USING", "UNION", "EXCEPT",
+                 "INTERSECT", "MINUS", "WINDOW", "LATERAL", "PIVOT", "UNPIVOT", "TABLESAMPLE", "QUALIFY",
+                 "CLUSTER", "DISTRIBUTE", "SORT", "OFFSET", "WITH")
+
+
 class QueryAnalyzer:
     """Uses Spark's own parser and analyzer (a classic session's JVM) for everything."""
 
@@ -107,6 +114,28 @@ class QueryAnalyzer:
             definition = definition[:start] + text + definition[stop + 1:]
         schema = spark_call(lambda: self.spark.sql(definition).schema, "The query is not valid")
         return AnalyzedQuery(schema, definition, tuple(dict.fromkeys(sources)))
+
+    def streaming_query(self, definition_query: str, static: set[str]) -> str:
+        """The definition query with every source not in `static` read as a stream: STREAM(t) AS t.
+
+        The alias keeps `t.column` references working; a relation that has its own alias keeps it.
+        """
+        plan = self._jsession.sessionState().sqlParser().parsePlan(definition_query)
+        relations: list[tuple[list[str], int, int]] = []
+        cte_names: set[str] = set()
+        self._walk(plan, relations, cte_names)
+        text = definition_query
+        for parts, start, stop in sorted(relations, key=lambda r: r[1], reverse=True):
+            if len(parts) == 1 and parts[0].lower() in cte_names:
+                continue
+            if ".".join(self.qualify(tuple(parts))).lower() in static:
+                continue
+            following = tokenize(text[stop + 1:])
+            aliased = bool(following) and (following[0].is_word("AS") or (
+                following[0].kind in (Kind.WORD, Kind.QUOTED) and not following[0].is_word(*_CLAUSE_WORDS)))
+            alias = "" if aliased else f" AS {quote_identifier(parts[-1])}"
+            text = text[:start] + f"STREAM({text[start:stop + 1]}){alias}" + text[stop + 1:]
+        return text
 
     def _walk(self, node: Any, relations: list, cte_names: set[str]) -> None:
         kind = node.getClass().getSimpleName()

@@ -1,0 +1,278 @@
+"""CONTINUOUS mode: one Spark Structured Streaming query per materialized table.
+
+Each micro-batch is committed in one atomic step keyed by its batch id, so a batch that is re-run
+after a crash changes nothing twice:
+- aggregating queries run in complete mode: every batch is the whole result, written to a new
+  version folder and published like a FULL refresh;
+- other queries run in append mode: a batch is written to a hidden folder and renamed to
+  `b-<batch id>` inside the run's version folder (a rename is atomic; an existing `b-<id>` means the
+  batch was committed before). A fresh run starts a new version folder, published at its first batch.
+The checkpoint is Spark's; it plays Flink's savepoint on SUSPEND.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from mt_magic.catalog.model import MaterializedTable
+from mt_magic.catalog.store import CatalogStore
+from mt_magic.errors import ValidationError
+from mt_magic.refresh.full import shape
+from mt_magic.refresh.storage import TableStorage, data_source_options
+from mt_magic.sql.analysis import spark_message
+
+log = logging.getLogger(__name__)
+
+APPEND, COMPLETE = "append", "complete"
+BATCH_PREFIX = "b-"
+_UNSTREAMABLE_HINT = ("Spark cannot keep this query's result up to date as a stream; use "
+                      "REFRESH_MODE = FULL for it.")
+
+
+def job_name(table: MaterializedTable) -> str:
+    return f"Materialized_table_{table.identifier}_continuous_refresh_job"
+
+
+def output_mode(spark: SparkSession, frame: DataFrame, table: MaterializedTable) -> str:
+    """Append where Spark allows it, complete for aggregations; else the query cannot stream."""
+    identifier = table.identifier
+    jvm = spark._jvm
+    checker = jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker
+    plan = frame._jdf.queryExecution().analyzed()
+    modes = jvm.org.apache.spark.sql.streaming.OutputMode
+    reasons = []
+    for mode, jmode in ((APPEND, modes.Append()), (COMPLETE, modes.Complete())):
+        try:
+            checker.checkForStreaming(plan, jmode)
+        except Exception as error:   # noqa: BLE001 - Py4J wraps Spark's AnalysisException
+            reasons.append(_plain(error))
+            continue
+        if mode == APPEND and table.partition_keys:
+            raise ValidationError(
+                f"Materialized table {identifier}: a partitioned CONTINUOUS table needs an aggregating "
+                "query (its micro-batches replace the result); for a query that only appends rows, "
+                "leave out PARTITIONED BY or use REFRESH_MODE = FULL.")
+        return mode
+    raise ValidationError(f"Materialized table {identifier} cannot be refreshed in CONTINUOUS mode: "
+                          f"{reasons[-1]} {_UNSTREAMABLE_HINT}")
+
+
+def _plain(error: BaseException) -> str:
+    """Spark's own sentence: from its error class to the end of that line."""
+    text = spark_message(error)
+    match = re.search(r"\[[A-Z_.]+\][^\n]*", text)
+    return (match.group(0) if match else text.splitlines()[0] if text else "unknown error").strip()
+
+
+@dataclass
+class Progress:
+    """What the dashboard shows of a running job."""
+
+    batch_id: int | None = None
+    input_rows: int | None = None
+    processing_ms: int | None = None
+    last_published: float | None = None          # epoch seconds
+    history: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Job:
+    table_id: str
+    query: StreamingQuery
+    checkpoint: str
+    mode: str
+    stopping: bool = False
+    progress: Progress = field(default_factory=Progress)
+
+
+class ContinuousJobs:
+    """Starts, stops and watches the streaming queries; reports failures to `on_failure`."""
+
+    def __init__(self, spark: SparkSession, storage: TableStorage, store: CatalogStore,
+                 table_lock: Callable[[str], threading.RLock], retention_s: Callable[[], float],
+                 on_failure: Callable[[str, str], None]) -> None:
+        self.spark = spark
+        self.storage = storage
+        self.store = store
+        self.table_lock = table_lock
+        self._retention_s = retention_s
+        self._on_failure = on_failure
+        self._jobs: dict[str, Job] = {}
+        self._lock = threading.RLock()
+        self._listener = _Listener(self)
+        spark.streams.addListener(self._listener)
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self, table: MaterializedTable, streaming_query: str, checkpoint: str, fresh: bool,
+              trigger_s: float, dynamic_options: dict[str, str]) -> dict:
+        """Start the table's query; `fresh` starts over on a new version, else continue the checkpoint."""
+        frame = self.spark.sql(streaming_query)
+        mode = output_mode(self.spark, frame, table)
+        run_version = self._run_version(table, fresh)
+        if fresh:
+            self.storage.files.delete(checkpoint)
+        sink = _Sink(self, table.identifier, mode, run_version, dynamic_options)
+        writer = (frame.writeStream.queryName(job_name(table)).outputMode(mode)
+                  .option("checkpointLocation", checkpoint)
+                  .trigger(processingTime=f"{max(trigger_s, 0.1)} seconds")
+                  .foreachBatch(sink))
+        with self._lock:
+            query = writer.start()
+            self._jobs[table.identifier] = Job(table.identifier, query, checkpoint, mode)
+        return {"kind": "streaming-query", "streaming_query_id": str(query.id),
+                "run_id": str(query.runId), "job_name": job_name(table), "checkpoint_location": checkpoint,
+                "output_mode": mode, "run_version": run_version, "trigger_s": trigger_s,
+                "dynamic_options": dict(dynamic_options),
+                "spark_master": self.spark.sparkContext.master,
+                "application_id": self.spark.sparkContext.applicationId}
+
+    def _run_version(self, table: MaterializedTable, fresh: bool) -> str:
+        handler = table.refresh_handler
+        if not fresh and handler.get("run_version"):
+            return handler["run_version"]
+        return self.storage.new_version(table)
+
+    def stop(self, identifier: str) -> None:
+        """Graceful: a batch in flight completes (or is re-run after restart), never half-applied."""
+        with self._lock:
+            job = self._jobs.pop(identifier, None)
+        if job is None:
+            return
+        job.stopping = True
+        try:
+            job.query.stop()
+        except PySparkException as error:
+            log.warning("Stopping the streaming job of %s: %s", identifier, spark_message(error))
+
+    def stop_all(self) -> None:
+        for identifier in list(self._jobs):
+            self.stop(identifier)
+        try:
+            self.spark.streams.removeListener(self._listener)
+        except PySparkException:
+            pass
+
+    def is_running(self, identifier: str) -> bool:
+        job = self._jobs.get(identifier)
+        return job is not None and job.query.isActive
+
+    def progress(self, identifier: str) -> Progress | None:
+        job = self._jobs.get(identifier)
+        return job.progress if job else None
+
+    def job(self, identifier: str) -> Job | None:
+        return self._jobs.get(identifier)
+
+    # ------------------------------------------------------------- events
+    def _by_query(self, query_id: str) -> Job | None:
+        return next((j for j in list(self._jobs.values()) if str(j.query.id) == query_id), None)
+
+    def _progressed(self, query_id: str, progress: dict) -> None:
+        job = self._by_query(query_id)
+        if job is None:
+            return
+        record = job.progress
+        record.batch_id = progress.get("batchId")
+        record.input_rows = progress.get("numInputRows")
+        record.processing_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+        record.history = (record.history + [{"batch_id": record.batch_id, "input_rows": record.input_rows,
+                                             "processing_ms": record.processing_ms,
+                                             "timestamp": progress.get("timestamp")}])[-20:]
+
+    def _terminated(self, query_id: str, exception: str | None) -> None:
+        job = self._by_query(query_id)
+        if job is None or job.stopping:
+            return
+        with self._lock:
+            self._jobs.pop(job.table_id, None)
+        self._on_failure(job.table_id, _plain(RuntimeError(exception or "The streaming job stopped.")))
+
+
+class _Sink:
+    """foreachBatch: one atomic commit per batch id (see the module docstring)."""
+
+    def __init__(self, jobs: ContinuousJobs, identifier: str, mode: str, run_version: str,
+                 dynamic_options: dict[str, str]) -> None:
+        self.jobs = jobs
+        self.identifier = identifier
+        self.mode = mode
+        self.run_version = run_version
+        self.dynamic_options = dynamic_options
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        with self.jobs.table_lock(self.identifier):    # never beside a manual refresh's publish
+            self._commit(batch, batch_id)
+
+    def _commit(self, batch: DataFrame, batch_id: int) -> None:
+        jobs = self.jobs
+        table = jobs.store.get(self.identifier)
+        if table is None:
+            return                                    # dropped while the batch ran
+        frame = shape(batch, table.columns, table.identifier)
+        writer_options = data_source_options({**table.options, **self.dynamic_options})
+        files = jobs.storage.files
+        if self.mode == COMPLETE:
+            target = jobs.storage.new_version(table)
+            self._write(frame, table, target, writer_options)
+            self._publish(table, target)
+        else:
+            final = f"{self.run_version}/{BATCH_PREFIX}{batch_id:012d}"
+            if not files.exists(final):
+                staged = f"{self.run_version}/_staged-{batch_id}-{uuid.uuid4().hex[:8]}"
+                self._write(frame, table, staged, writer_options)
+                files.rename(staged, final)
+            if table.storage.location.rstrip("/") != self.run_version.rstrip("/"):
+                self._publish(table, self.run_version)
+            else:
+                jobs.spark.catalog.refreshTable(table.quoted)   # new files: drop the cached listing
+        job = jobs.job(self.identifier)
+        if job is not None:
+            job.progress.last_published = time.time()
+
+    @staticmethod
+    def _write(frame: DataFrame, table: MaterializedTable, path: str, options: dict[str, str]) -> None:
+        writer = frame.write.format(table.storage.format).mode("errorifexists").options(**options)
+        if table.partition_keys:
+            writer = writer.partitionBy(*table.partition_keys)
+        writer.save(path)
+
+    def _publish(self, table: MaterializedTable, version: str) -> None:
+        jobs = self.jobs
+        jobs.storage.files.mkdirs(version)
+        published = jobs.storage.publish(table, version, {})
+        updated = jobs.store.update(self.identifier, lambda t: t.evolve(storage=published))
+        jobs.storage.sweep(updated, jobs._retention_s())
+
+
+class _Listener(StreamingQueryListener):
+    def __init__(self, jobs: ContinuousJobs) -> None:
+        self._jobs = jobs
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        try:
+            self._jobs._progressed(str(event.progress.id), json.loads(event.progress.json))
+        except Exception:   # noqa: BLE001 - a listener must never break Spark's event bus
+            log.exception("Streaming progress")
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        try:
+            self._jobs._terminated(str(event.id), event.exception)
+        except Exception:   # noqa: BLE001
+            log.exception("Streaming termination")

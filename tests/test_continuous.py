@@ -1,0 +1,179 @@
+"""CONTINUOUS mode: Structured Streaming jobs keep materialized tables fresh."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from helpers import wait_for
+
+from mt_magic import Gateway, MaterializedTableError, StateError
+
+AGGREGATE = "SELECT user_id, COUNT(*) AS n, SUM(amount) AS total FROM orders GROUP BY user_id"
+FILTERED = "SELECT user_id, amount FROM orders WHERE amount > 2"
+
+
+def rows(spark, sql: str) -> list[tuple]:
+    return sorted(tuple(r) for r in spark.sql(sql).collect())
+
+
+def follows(spark, table: str, query: str, timeout: float = 60) -> None:
+    """The table converges to the batch result of its query over the source as it is now."""
+    wait_for(lambda: rows(spark, f"SELECT * FROM {table}") == rows(spark, query), timeout=timeout)
+
+
+@pytest.fixture
+def orders(spark, db):
+    spark.sql("CREATE TABLE orders (user_id INT, amount DOUBLE) USING parquet")
+    spark.sql("INSERT INTO orders VALUES (1, 10.0), (2, 1.0)")
+    return "orders"
+
+
+@pytest.fixture
+def streaming(gw, orders):
+    gw.execute(f"CREATE MATERIALIZED TABLE per_user FRESHNESS = INTERVAL '1' SECOND AS {AGGREGATE}; "
+               f"CREATE MATERIALIZED TABLE big FRESHNESS = INTERVAL '1' SECOND AS {FILTERED}")
+    return gw
+
+
+def test_tables_follow_appended_rows(spark, streaming):
+    assert streaming.describe("per_user")["refresh_mode"] == "CONTINUOUS"
+    follows(spark, "per_user", AGGREGATE)
+    follows(spark, "big", FILTERED)
+    spark.sql("INSERT INTO orders VALUES (1, 7.0), (3, 4.0)")
+    follows(spark, "per_user", AGGREGATE)
+    follows(spark, "big", FILTERED)
+    assert rows(spark, "SELECT * FROM big") == [(1, 7.0), (1, 10.0), (3, 4.0)]
+    handler = streaming.describe("big")["refresh_handler"]
+    assert handler["job_name"] == "Materialized_table_spark_catalog." + spark.catalog.currentDatabase() \
+        + ".big_continuous_refresh_job"
+    assert handler["output_mode"] == "append" and handler["checkpoint_location"]
+    assert streaming.describe("per_user")["refresh_handler"]["output_mode"] == "complete"
+    progress = streaming.progress("per_user")
+    assert progress["batch_id"] >= 1 and progress["last_published"] is not None
+
+
+def test_suspend_append_resume_processes_the_appended_rows_once(spark, streaming, tmp_path):
+    follows(spark, "big", FILTERED)
+    with pytest.raises(StateError, match="Savepoint directory is not configured"):
+        streaming.execute("ALTER MATERIALIZED TABLE big SUSPEND")
+    streaming.execute(f"SET 'execution.checkpointing.savepoint-dir' = '{tmp_path}/savepoints'")
+    streaming.execute("ALTER MATERIALIZED TABLE big SUSPEND; ALTER MATERIALIZED TABLE per_user SUSPEND")
+    with pytest.raises(StateError, match="continuous refresh job has been suspended"):
+        streaming.execute("ALTER MATERIALIZED TABLE big SUSPEND")
+    handler = streaming.describe("big")["refresh_handler"]
+    assert handler["restore_path"].startswith(f"file:{tmp_path}/savepoints")
+    before = rows(spark, "SELECT * FROM big")
+    spark.sql("INSERT INTO orders VALUES (5, 50.0), (5, 60.0)")
+    assert rows(spark, "SELECT * FROM big") == before          # stopped: nothing moves
+    streaming.execute("ALTER MATERIALIZED TABLE big RESUME WITH ('compression' = 'gzip'); "
+                      "ALTER MATERIALIZED TABLE per_user RESUME")
+    with pytest.raises(StateError, match="continuous refresh job has been resumed"):
+        streaming.execute("ALTER MATERIALIZED TABLE big RESUME")
+    follows(spark, "big", FILTERED)
+    follows(spark, "per_user", AGGREGATE)
+    assert rows(spark, "SELECT * FROM big") == sorted(before + [(5, 50.0), (5, 60.0)])
+    described = streaming.describe("big")
+    assert "compression" not in described["options"]
+    assert described["refresh_handler"]["dynamic_options"] == {"compression": "gzip"}
+    assert "restore_path" not in described["refresh_handler"]
+
+
+def test_alter_as_appends_a_column_and_starts_fresh(spark, streaming):
+    follows(spark, "big", FILTERED)
+    old = streaming.describe("big")["refresh_handler"]
+    streaming.execute("ALTER MATERIALIZED TABLE big AS SELECT user_id, amount, amount * 2 AS twice "
+                      "FROM orders WHERE amount > 2")
+    new = streaming.describe("big")["refresh_handler"]
+    assert new["streaming_query_id"] != old["streaming_query_id"]
+    assert new["checkpoint_location"] != old["checkpoint_location"]
+    spark.sql("INSERT INTO orders VALUES (4, 8.0)")
+    follows(spark, "big", "SELECT user_id, amount, amount * 2 FROM orders WHERE amount > 2")
+
+
+def test_unstreamable_query_is_rejected_with_nothing_left(spark, gw, orders, store_path):
+    with pytest.raises(MaterializedTableError, match="cannot be refreshed in CONTINUOUS mode.*FULL"):
+        gw.execute("CREATE MATERIALIZED TABLE ranked FRESHNESS = INTERVAL '5' SECOND AS SELECT user_id, "
+                   "ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY amount) AS r FROM orders")
+    assert gw.store.list() == [] and not spark.catalog.tableExists("ranked")
+    assert not spark.streams.active
+
+
+def test_failing_job_is_recorded_and_restarted_up_to_the_limit(spark, gw, orders):
+    gw.execute("SET 'materialized-table.continuous.max-restarts' = '1'")
+    gw.execute("CREATE MATERIALIZED TABLE checked FRESHNESS = INTERVAL '1' SECOND AS "
+               "SELECT user_id, assert_true(amount < 100, 'amount too large') AS ok FROM orders")
+    spark.sql("INSERT INTO orders VALUES (9, 1000.0)")
+    handler = wait_for(lambda: (lambda h: h if h.get("restarts") == 1 and "failure" in h
+                                and not gw.jobs.is_running(gw.describe("checked")["identifier"])
+                                else None)(gw.describe("checked")["refresh_handler"]), timeout=90)
+    assert "amount too large" in handler["failure"]
+    assert gw.describe("checked")["refresh_status"] == "ACTIVATED"
+
+
+def test_drop_removes_job_data_and_checkpoint(spark, streaming):
+    follows(spark, "big", FILTERED)
+    table = streaming.store.get(streaming.describe("big")["identifier"])
+    checkpoint = table.refresh_handler["checkpoint_location"].removeprefix("file:")
+    root = table.storage.root.removeprefix("file:")
+    assert os.path.isdir(checkpoint) and os.path.isdir(root)
+    streaming.execute("DROP MATERIALIZED TABLE big")
+    assert not os.path.exists(checkpoint) and not os.path.exists(root)
+    assert [q.name for q in spark.streams.active] == [
+        streaming.describe("per_user")["refresh_handler"]["job_name"]]
+
+
+def test_set_freshness_moves_between_continuous_and_full(spark, gw, orders):
+    gw.execute(f"CREATE MATERIALIZED TABLE per_user FRESHNESS = INTERVAL '10' SECOND AS {AGGREGATE}")
+    follows(spark, "per_user", AGGREGATE)
+    gw.execute("ALTER MATERIALIZED TABLE per_user SET FRESHNESS = INTERVAL '1' HOUR")
+    described = gw.describe("per_user")
+    assert described["refresh_mode"] == "FULL" and not spark.streams.active
+    assert described["refresh_handler"]["cron_expression"] == "0 0 0/1 * * ? *"
+    assert gw.scheduler.next_fire_time(described["identifier"]) is not None
+    gw.execute("ALTER MATERIALIZED TABLE per_user SET FRESHNESS = INTERVAL '1' SECOND")
+    described = gw.describe("per_user")
+    assert described["refresh_mode"] == "CONTINUOUS" and not gw.scheduler.has(described["identifier"])
+    spark.sql("INSERT INTO orders VALUES (7, 70.0)")
+    follows(spark, "per_user", AGGREGATE)
+
+
+def test_manual_refresh_beside_the_stream(spark, streaming):
+    follows(spark, "per_user", AGGREGATE)
+    [result] = streaming.execute("ALTER MATERIALIZED TABLE per_user REFRESH")
+    assert "Refreshed" in result.message
+    assert rows(spark, "SELECT * FROM per_user") == rows(spark, AGGREGATE)
+
+
+def test_restart_resumes_and_sigkill_converges_without_duplicates(spark, db, tmp_path, store_path):
+    source = str(tmp_path / "orders")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    worker = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "kill_stream.py"), store_path,
+         f"file:{source}", str(tmp_path / "wh2"), db],
+        stdout=subprocess.PIPE, stderr=open(tmp_path / "worker.log", "w"), env=env,
+        start_new_session=True, text=True, cwd=str(tmp_path))
+    try:
+        for line in worker.stdout:           # fed while batches commit, then killed mid-stream
+            if line.startswith("appended") and line.split()[-1] not in ("None", "0", "1", "2"):
+                break
+        else:
+            raise AssertionError((tmp_path / "worker.log").read_text()[-2000:])
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(30)
+    spark.sql(f"CREATE TABLE orders (user_id INT, amount DOUBLE) USING parquet LOCATION 'file:{source}'")
+    restarted = Gateway(spark, catalog_store=store_path)
+    try:
+        assert {q.name for q in spark.streams.active} == {
+            restarted.describe(t)["refresh_handler"]["job_name"] for t in ("per_user", "big")}
+        follows(spark, "per_user", AGGREGATE, timeout=120)
+        follows(spark, "big", FILTERED, timeout=120)      # a multiset: duplicates would show
+        spark.sql("INSERT INTO orders VALUES (1, 99.0)")
+        follows(spark, "big", FILTERED)
+    finally:
+        restarted.close()
+    assert not spark.streams.active
