@@ -20,3 +20,4 @@ test: setup
 
 benchmark: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/full_refresh.py
+	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/continuous_lag.py
