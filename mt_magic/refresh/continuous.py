@@ -128,7 +128,12 @@ class ContinuousJobs:
                   .trigger(processingTime=f"{max(trigger_s, 0.1)} seconds")
                   .foreachBatch(sink))
         with self._lock:
-            query = writer.start()
+            try:
+                query = writer.start()
+            except BaseException:
+                if fresh:   # a job that never ran leaves no checkpoint behind
+                    self.storage.files.delete(checkpoint)
+                raise
             self._jobs[table.identifier] = Job(table.identifier, query, checkpoint, mode)
         return {"kind": "streaming-query", "streaming_query_id": str(query.id),
                 "run_id": str(query.runId), "job_name": job_name(table), "checkpoint_location": checkpoint,
