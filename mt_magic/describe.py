@@ -42,6 +42,11 @@ def show_create(table: MaterializedTable) -> str:
     lines.append(f"FRESHNESS = INTERVAL '{value}' {unit}")
     lines.append(f"REFRESH_MODE = {table.refresh_mode}")
     lines.append(f"AS {table.definition_query}")
+    # The running pipeline, as comments: the text stays a statement that can be run again.
+    handler = [f"--   {key}: {value}" for key, value in sorted(table.refresh_handler.items())
+               if key not in ("dynamic_options", "kind") and value not in (None, "", {})]
+    if handler:
+        lines += ["-- Refresh handler:", *handler]
     return "\n".join(lines)
 
 

@@ -52,6 +52,11 @@ def test_tables_follow_appended_rows(spark, streaming):
         + ".big_continuous_refresh_job"
     assert handler["output_mode"] == "append" and handler["checkpoint_location"]
     assert streaming.describe("per_user")["refresh_handler"]["output_mode"] == "complete"
+    [shown] = streaming.execute("SHOW CREATE MATERIALIZED TABLE big")
+    text = shown.rows[0][0]
+    assert f"--   streaming_query_id: {handler['streaming_query_id']}" in text
+    assert f"--   checkpoint_location: {handler['checkpoint_location']}" in text
+    assert text.split("\n-- Refresh handler:")[0].endswith("WHERE amount > 2")
     progress = streaming.progress("per_user")
     assert progress["batch_id"] >= 1 and progress["last_published"] is not None
 
