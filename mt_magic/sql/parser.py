@@ -220,19 +220,7 @@ class _Parser:
         self.expect("MATERIALIZED")
         self.expect("TABLE")
         name = self.object_name()
-        fields: dict = {}
-        if self.token.is_symbol("("):
-            fields.update(self.table_elements())
-        if self.accept("COMMENT"):
-            fields["comment"] = self.string()
-        if self.token.is_word("DISTRIBUTED"):
-            raise self.error("", message="DISTRIBUTED BY is not supported: Spark file tables have no "
-                                         "bucketed distribution for materialized tables.")
-        if self.accept("PARTITIONED"):
-            self.expect("BY")
-            fields["partition_keys"] = self.identifier_list()
-        if self.accept("WITH"):
-            fields["options"] = self.properties()
+        fields = self.definition_clauses(materialized=True)
         if self.accept("FRESHNESS"):
             fields["freshness"] = self.freshness()
         if self.accept("REFRESH_MODE"):
@@ -257,19 +245,27 @@ class _Parser:
             self.expect("EXISTS")
             if_not_exists = True
         name = self.object_name()
+        fields = self.definition_clauses(materialized=False)
+        as_token = self.expect("AS")
+        return st.CreateTableAs(self.statement_text, name=name, or_replace=or_replace,
+                                if_not_exists=if_not_exists, query=self.query_after(as_token), **fields)
+
+    def definition_clauses(self, materialized: bool) -> dict:
+        """[( schema part )] [COMMENT '..'] [PARTITIONED BY (..)] [WITH (..)], shared by both CREATEs."""
         fields: dict = {}
         if self.token.is_symbol("("):
             fields.update(self.table_elements())
         if self.accept("COMMENT"):
             fields["comment"] = self.string()
+        if materialized and self.token.is_word("DISTRIBUTED"):
+            raise self.error("", message="DISTRIBUTED BY is not supported: Spark file tables have no "
+                                         "bucketed distribution for materialized tables.")
         if self.accept("PARTITIONED"):
             self.expect("BY")
             fields["partition_keys"] = self.identifier_list()
         if self.accept("WITH"):
             fields["options"] = self.properties()
-        as_token = self.expect("AS")
-        return st.CreateTableAs(self.statement_text, name=name, or_replace=or_replace,
-                                if_not_exists=if_not_exists, query=self.query_after(as_token), **fields)
+        return fields
 
     @staticmethod
     def _create_expected(seen: dict) -> str:

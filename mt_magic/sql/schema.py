@@ -12,7 +12,7 @@ from mt_magic.catalog.model import Column
 from mt_magic.errors import ValidationError
 from mt_magic.sql.analysis import implicit_cast, parse_type, spark_call, type_text
 from mt_magic.sql.date_format import compile_pattern
-from mt_magic.sql.statements import CreateMaterializedTable, CreateTableAs
+from mt_magic.sql.statements import TableDefinition
 
 FORMATTER_PREFIX = "partition.fields."
 FORMATTER_SUFFIX = ".date-formatter"
@@ -47,7 +47,7 @@ def _names(items: Sequence[str]) -> str:
     return "[" + ", ".join(f"'{n}'" for n in items) + "]"
 
 
-def derive_schema(statement: CreateMaterializedTable | CreateTableAs, query: T.StructType,
+def derive_schema(statement: TableDefinition, query: T.StructType,
                   computed_type: ComputedType) -> TableSchema:
     _reject_duplicate_names(query)
     by_name = {f.name.lower(): f for f in query.fields}

@@ -58,9 +58,10 @@ class Statement:
 
 
 @dataclass(frozen=True)
-class CreateMaterializedTable(Statement):
+class TableDefinition(Statement):
+    """What CREATE MATERIALIZED TABLE and CREATE TABLE AS share: name, schema part, clauses, query."""
+
     name: ObjectName
-    or_alter: bool = False
     columns: tuple[ColumnDef, ...] = ()
     names_only: bool = False
     watermark: Watermark | None = None
@@ -68,9 +69,14 @@ class CreateMaterializedTable(Statement):
     comment: str | None = None
     partition_keys: tuple[str, ...] = ()
     options: dict[str, str] = field(default_factory=dict)
+    query: str = ""
+
+
+@dataclass(frozen=True)
+class CreateMaterializedTable(TableDefinition):
+    or_alter: bool = False
     freshness: FreshnessLiteral | None = None
     refresh_mode: str | None = None
-    query: str = ""
 
     @property
     def verb(self) -> str:
@@ -78,20 +84,11 @@ class CreateMaterializedTable(Statement):
 
 
 @dataclass(frozen=True)
-class CreateTableAs(Statement):
+class CreateTableAs(TableDefinition):
     """CREATE [OR REPLACE] TABLE [IF NOT EXISTS] … AS query (FLIP-218's CTAS and RTAS)."""
 
-    name: ObjectName
     or_replace: bool = False
     if_not_exists: bool = False
-    columns: tuple[ColumnDef, ...] = ()
-    names_only: bool = False
-    watermark: Watermark | None = None
-    primary_key: PrimaryKey | None = None
-    comment: str | None = None
-    partition_keys: tuple[str, ...] = ()
-    options: dict[str, str] = field(default_factory=dict)
-    query: str = ""
 
     @property
     def verb(self) -> str:
