@@ -6,10 +6,13 @@ from __future__ import annotations
 class MaterializedTableError(Exception):
     """Base of every error a user can cause; the message names the object and the rule."""
 
+    statement: str | None = None     # 'statement 2 (ALTER …)', set when a cell holds several
+
     def _render_traceback_(self) -> list[str]:
         # IPython shows exactly these lines instead of a traceback.
-        return [f"{type(self).__name__}: {line}" if i == 0 else line
-                for i, line in enumerate(str(self).splitlines() or [""])]
+        first, *rest = str(self).splitlines() or [""]
+        where = f" in {self.statement}" if self.statement else ""
+        return [f"{type(self).__name__}{where}: {first}", *rest]
 
 
 class ParseError(MaterializedTableError):

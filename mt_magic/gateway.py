@@ -72,11 +72,22 @@ class Gateway:
         self._restore()
 
     # ================================================================ API
-    def execute(self, sql: str) -> list[Result]:
-        """Every statement in order; the first failure raises and the rest do not run."""
+    def execute(self, sql: str, dry_run: bool = False) -> list[Result]:
+        """Every statement in order; the first failure raises and the rest do not run.
+
+        With dry_run, each statement is parsed and validated (Spark analyses the queries) but
+        nothing is created, changed or refreshed.
+        """
+        run = self._check if dry_run else self._execute
         results = []
-        for statement in parse(sql):
-            results.append(self._execute(statement))
+        statements = parse(sql)
+        for number, statement in enumerate(statements, 1):
+            try:
+                results.append(run(statement))
+            except MaterializedTableError as error:
+                if len(statements) > 1:
+                    error.statement = f"statement {number} ({_first_line(statement.text)})"
+                raise
         return results
 
     def describe(self, name: str) -> dict:
@@ -96,6 +107,10 @@ class Gateway:
         table = self._load(self._name(name))
         progress = self.jobs.progress(table.identifier)
         return None if progress is None else dict(vars(progress))
+
+    def refreshing(self, identifier: str) -> bool:
+        """A batch refresh of the table is running now (manual or scheduled)."""
+        return identifier in self._running
 
     def close(self) -> None:
         """Stop the streaming jobs gracefully, the scheduler and any running refresh; statuses stay."""
@@ -139,6 +154,42 @@ class Gateway:
         except (PySparkException, Py4JError) as error:
             raise SparkError(spark_message(error)) from None
 
+    def _check(self, statement: st.Statement) -> Result:
+        """--dry-run: what the statement would validate, with nothing created, changed or run."""
+        try:
+            return Result.ok(f"Valid: {self._validate(statement)}.")
+        except MaterializedTableError:
+            raise
+        except (PySparkException, Py4JError) as error:
+            raise SparkError(spark_message(error)) from None
+
+    def _validate(self, statement: st.Statement) -> str:
+        if isinstance(statement, st.CreateMaterializedTable):
+            existing = self._create_target(statement)
+            if existing is not None:
+                self._analyze(statement.query, existing.identifier)
+                return f"would alter materialized table {existing.identifier}"
+            table = self._new_table(statement, *self._identifier(statement.name))
+            return (f"would create materialized table {table.identifier}, refresh mode "
+                    f"{table.refresh_mode}, freshness {table.freshness}")
+        if isinstance(statement, st.DropMaterializedTable) and statement.if_exists:
+            return "would drop the materialized table if it exists"
+        if isinstance(statement, (st.AlterMaterializedTable, st.DropMaterializedTable,
+                                  st.ShowCreateMaterializedTable)):
+            table = self._load(statement.name)
+            if isinstance(statement, st.AlterQuery):
+                analyzed = self._analyze(statement.query, table.identifier)
+                self._appended_columns(table, tuple(column_from_field(f) for f in analyzed.schema.fields))
+            if isinstance(statement, st.AlterRefresh):
+                self._check_partition_spec(table, statement.partition)
+            return f"{_first_line(statement.text)} on {table.identifier}"
+        if isinstance(statement, st.CreateTableAs):
+            spark_call(lambda: self.spark.sql(statement.query), "The query")
+            return f"{statement.verb} {'.'.join(self.analyzer.resolve(statement.name))}"
+        if isinstance(statement, (st.SetOption, st.ResetOption, st.ShowMaterializedTables)):
+            return _first_line(statement.text)
+        return self.analyzer.check_spark_statement(statement.text)
+
     # ============================================================= names
     def _name(self, text: str) -> st.ObjectName:
         statement = parse(f"DROP MATERIALIZED TABLE {text}")
@@ -180,12 +231,19 @@ class Gateway:
 
     # ============================================================ CREATE
     def _create(self, statement: st.CreateMaterializedTable) -> Result:
+        existing = self._create_target(statement)
+        if existing is not None:
+            return self._create_or_alter(existing, statement)
+        return self._provision(self._new_table(statement, *self._identifier(statement.name)))
+
+    def _create_target(self, statement: st.CreateMaterializedTable) -> MaterializedTable | None:
+        """The table CREATE OR ALTER alters, or None when the name is free for a new one."""
         catalog, database, name = self._identifier(statement.name)
         identifier = f"{catalog}.{database}.{name}"
         existing = self.store.get(identifier)
         if existing is not None:
             if statement.or_alter:
-                return self._create_or_alter(existing, statement)
+                return existing
             raise ValidationError(f"Materialized table {identifier} already exists.")
         if self._spark_table_exists(identifier):
             if statement.or_alter:
@@ -194,8 +252,7 @@ class Gateway:
             raise ValidationError(f"Table {identifier} already exists and is not a materialized table.")
         if not self.spark.catalog.databaseExists(f"{catalog}.{database}"):
             raise ValidationError(f"Database '{catalog}'.'{database}' doesn't exist.")
-        table = self._new_table(statement, catalog, database, name)
-        return self._provision(table)
+        return None
 
     def _analyze(self, query: str, identifier: str) -> AnalyzedQuery:
         analyzed = self.analyzer.analyze(query)
@@ -354,7 +411,7 @@ class Gateway:
                 message = str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
                 outcome = RefreshOutcome(started_at, time.monotonic() - started, "FAILED", None, spec,
                                          schedule_time, message)
-                self.store.update(identifier, lambda t: t.evolve(last_refresh=outcome))
+                self.store.update(identifier, lambda t: t.with_refresh(outcome))
                 if not raise_errors:
                     log.warning("Refresh of %s failed: %s", identifier, message)
                     return current
@@ -366,8 +423,7 @@ class Gateway:
                 self._running.discard(identifier)
             outcome = RefreshOutcome(started_at, result.duration_s, "SUCCEEDED", result.rows, spec,
                                      schedule_time)
-            updated = self.store.update(identifier, lambda t: t.evolve(storage=result.storage,
-                                                                       last_refresh=outcome))
+            updated = self.store.update(identifier, lambda t: t.with_refresh(outcome, storage=result.storage))
             self.storage.sweep(updated, self.options.duration(cfg.VERSION_RETENTION).total_seconds())
             return updated
 
@@ -538,23 +594,7 @@ class Gateway:
 
     def _evolve_query(self, table: MaterializedTable, query: str, analyzed: AnalyzedQuery,
                       columns: tuple, changes: dict) -> Result:
-        """Spec §4.5: the old columns must stay as they are; new ones are appended, nullable."""
-        persisted = [c for c in table.columns if c.computed is None]
-        new = [c for c in columns if c.computed is None]
-        if len(new) < len(persisted):
-            raise ValidationError(
-                "Failed to modify query because drop column is unsupported. When modifying a query, you "
-                "can only append new columns at the end of original schema. The original schema has "
-                f"{len(persisted)} columns, but the newly derived schema from the query has {len(new)} "
-                "columns.")
-        for position, (old, candidate) in enumerate(zip(persisted, new)):
-            if (old.name, old.type, old.nullable) != (candidate.name, candidate.type, candidate.nullable):
-                raise ValidationError(
-                    "When modifying the query of a materialized table, currently only support appending "
-                    "columns at the end of original schema, dropping, renaming, and reordering columns "
-                    f"are not supported.\nColumn mismatch at position {position}: Original column is "
-                    f"[{_column_text(old)}], but new column is [{_column_text(candidate)}].")
-        appended = tuple(c.__class__(**{**vars(c), "nullable": True}) for c in new[len(persisted):])
+        appended = self._appended_columns(table, columns)
         updated = table.evolve(columns=table.columns + appended, original_query=query,
                                definition_query=analyzed.definition_query,
                                query_columns=tuple(f.name for f in analyzed.schema.fields),
@@ -580,6 +620,25 @@ class Gateway:
         after = ("; a new continuous refresh job started from scratch" if continuous
                  and table.refresh_status == ACTIVATED else "; the next refresh uses it")
         return Result.ok(f"Altered the query of materialized table {table.identifier}{added}{after}.")
+
+    def _appended_columns(self, table: MaterializedTable, columns: tuple) -> tuple:
+        """Spec §4.5: the old columns must stay as they are; new ones are appended, nullable."""
+        persisted = [c for c in table.columns if c.computed is None]
+        new = [c for c in columns if c.computed is None]
+        if len(new) < len(persisted):
+            raise ValidationError(
+                "Failed to modify query because drop column is unsupported. When modifying a query, you "
+                "can only append new columns at the end of original schema. The original schema has "
+                f"{len(persisted)} columns, but the newly derived schema from the query has {len(new)} "
+                "columns.")
+        for position, (old, candidate) in enumerate(zip(persisted, new)):
+            if (old.name, old.type, old.nullable) != (candidate.name, candidate.type, candidate.nullable):
+                raise ValidationError(
+                    "When modifying the query of a materialized table, currently only support appending "
+                    "columns at the end of original schema, dropping, renaming, and reordering columns "
+                    f"are not supported.\nColumn mismatch at position {position}: Original column is "
+                    f"[{_column_text(old)}], but new column is [{_column_text(candidate)}].")
+        return tuple(c.__class__(**{**vars(c), "nullable": True}) for c in new[len(persisted):])
 
     def _create_or_alter(self, table: MaterializedTable, statement: st.CreateMaterializedTable) -> Result:
         self._require_not_initializing(table, "alter")
@@ -800,6 +859,11 @@ class Gateway:
 
 def _column_text(column) -> str:
     return f"`{column.name}` {column.type.upper()}{'' if column.nullable else ' NOT NULL'}"
+
+
+def _first_line(text: str, width: int = 60) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[:width - 1] + "…"
 
 
 def _like_regex(pattern: str) -> str:

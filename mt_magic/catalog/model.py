@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 SCHEMA_VERSION = 1
+HISTORY_LENGTH = 10                 # refreshes kept per table for the dashboard
 
 INITIALIZING = "INITIALIZING"
 ACTIVATED = "ACTIVATED"
@@ -84,6 +85,7 @@ class MaterializedTable:
     refresh_handler: dict = field(default_factory=dict)
     source_tables: tuple[str, ...] = ()
     last_refresh: RefreshOutcome | None = None
+    refresh_history: tuple[RefreshOutcome, ...] = ()
     created_at: str = field(default_factory=now_iso)
     updated_at: str = field(default_factory=now_iso)
     schema_version: int = SCHEMA_VERSION
@@ -105,6 +107,10 @@ class MaterializedTable:
         return {k[len(prefix):-len(suffix)]: v for k, v in self.options.items()
                 if k.startswith(prefix) and k.endswith(suffix)}
 
+    def with_refresh(self, outcome: RefreshOutcome, **changes: Any) -> MaterializedTable:
+        history = (self.refresh_history + (outcome,))[-HISTORY_LENGTH:]
+        return self.evolve(last_refresh=outcome, refresh_history=history, **changes)
+
     def evolve(self, **changes: Any) -> MaterializedTable:
         return replace(self, updated_at=now_iso(), **changes)
 
@@ -120,6 +126,7 @@ class MaterializedTable:
         doc["storage"] = Storage(**storage)
         if doc.get("last_refresh"):
             doc["last_refresh"] = RefreshOutcome(**doc["last_refresh"])
+        doc["refresh_history"] = tuple(RefreshOutcome(**r) for r in doc.get("refresh_history", ()))
         for key in ("query_columns", "partition_keys", "source_tables"):
             doc[key] = tuple(doc[key])
         return cls(**doc)

@@ -1,4 +1,7 @@
-"""How results look in a notebook: an HTML table and a stable text form."""
+"""How results look in a notebook: an HTML table and a stable text form.
+
+A cell's earlier statements show their one-line outcome; the last one shows its rows.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +9,28 @@ import html
 
 from mt_magic.results import Result
 
+_CELL = "<td style='white-space:pre-wrap;text-align:left'>"
+
 
 class ResultView:
-    """Wraps a Result for IPython's display system; every user string is escaped."""
+    """Every user string is escaped; rows beyond `limit` are cut with a note."""
 
-    def __init__(self, result: Result, limit: int = 100) -> None:
-        self.result = result
+    def __init__(self, results: list[Result], limit: int = 100) -> None:
+        self.results = results
+        self.result = results[-1]
         self.limit = limit
+
+    @property
+    def columns(self) -> list[str]:
+        return self.result.columns
+
+    @property
+    def rows(self) -> list[tuple]:
+        return self.result.rows
+
+    @property
+    def message(self) -> str:
+        return self.result.message
 
     @property
     def _shown(self) -> list[tuple]:
@@ -20,25 +38,28 @@ class ResultView:
 
     @property
     def _note(self) -> str:
-        more = len(self.result.rows) - len(self._shown)
-        if more > 0 or self.result.truncated:
-            return f"showing the first {len(self._shown)} rows"
+        if len(self.result.rows) > self.limit or self.result.truncated:
+            return f"showing the first {len(self._shown)} rows (display limit {self.limit})"
         return ""
 
+    @property
+    def _earlier(self) -> list[str]:
+        return [r.message for r in self.results[:-1]]
+
     def _repr_html_(self) -> str:
+        earlier = "".join(f"<pre>{html.escape(m)}</pre>" for m in self._earlier)
         if not self.result.columns:
-            return f"<pre>{html.escape(self.result.message)}</pre>"
+            return f"{earlier}<pre>{html.escape(self.result.message)}</pre>"
         head = "".join(f"<th>{html.escape(str(c))}</th>" for c in self.result.columns)
-        body = "".join("<tr>" + "".join(f"<td style='white-space:pre-wrap;text-align:left'>"
-                                        f"{html.escape(_text(v))}</td>" for v in row) + "</tr>"
+        body = "".join("<tr>" + "".join(f"{_CELL}{html.escape(_text(v))}</td>" for v in row) + "</tr>"
                        for row in self._shown)
         note = f"<p><i>{html.escape(self._note)}</i></p>" if self._note else ""
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+        return f"{earlier}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
 
     def __repr__(self) -> str:
         if not self.result.columns:
-            return self.result.message
-        lines = [" | ".join(self.result.columns)]
+            return "\n".join([*self._earlier, self.result.message])
+        lines = [*self._earlier, " | ".join(self.result.columns)]
         lines += [" | ".join(_text(v) for v in row) for row in self._shown]
         if self._note:
             lines.append(f"({self._note})")

@@ -1,76 +1,231 @@
-"""%%mtsql: runs a cell through the kernel's Gateway and shows the last result."""
+"""%%mtsql and %mtsql: parse the magic's arguments and hand the statements to the kernel's Gateway."""
 
 from __future__ import annotations
 
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+import logging
 
-from mt_magic.errors import MaterializedTableError
+from IPython.core.magic import (Magics, line_cell_magic, magics_class, no_var_expand,
+                                output_can_be_silenced)
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+from traitlets import Bool, Dict, Integer, Unicode, observe, validate
+
+from mt_magic.errors import MaterializedTableError, ValidationError
 from mt_magic.gateway import Gateway
+from mt_magic.notebook.dashboard import Dashboards, run_for_dashboard
 from mt_magic.notebook.display import ResultView
+from mt_magic.notebook.progress import progress_observer
+from mt_magic.notebook.variables import substitute
+from mt_magic.refresh.full import JOB_OBSERVER
+from mt_magic.sql.parser import parse
+from mt_magic.sql.statements import CreateMaterializedTable
 
-_STATE_KEY = "_mt_magic_gateway"
+_STATE_KEY = "_mt_magic_magics"
+_QUIET_LOGGERS = ("mt_magic", "apscheduler", "py4j")
+
+
+class VerboseError(Exception):
+    """--verbose: a plain exception, so IPython prints the whole chain down to the user error."""
 
 
 @magics_class
 class MtMagics(Magics):
-    """Dispatch only: parsing and execution live in the Gateway."""
+    """Dispatch only: parsing, validation and execution live in the Gateway."""
+
+    catalog_store = Unicode(None, allow_none=True, config=True, help=(
+        "The catalog store file (TinyDB JSON). Default: $MT_MAGIC_CATALOG_STORE, else "
+        "./.mt_magic/catalog.json. Changing it closes the kernel's gateway; the next statement "
+        "opens the new store."))
+    display_limit = Integer(100, config=True, help="Rows shown of a result; the rest are cut with a note.")
+    default_options = Dict(default_value={}, config=True, help=(
+        "Gateway options every statement starts from, e.g. "
+        "{'materialized-table.full.initialize': 'on-schedule'}; SET overrides them for the session."))
+    show_dashboard = Bool(False, config=True, help="Show the dashboard after each CREATE MATERIALIZED TABLE.")
+    verbose_errors = Bool(False, config=True, help="Full Python tracebacks for user errors in every cell.")
+    dashboard_interval = Integer(1, config=True, help="Seconds between live dashboard updates.")
+    progress_after = Integer(1, config=True, help="Seconds a refresh runs before its progress bar shows.")
 
     def __init__(self, shell) -> None:
         super().__init__(shell)
         self.gateway: Gateway | None = None
+        self.dashboards: Dashboards | None = None
 
-    def _gateway(self) -> Gateway:
+    @validate("display_limit")
+    def _positive_limit(self, proposal):
+        if proposal["value"] < 1:
+            raise ValueError("MtMagics.display_limit must be at least 1")
+        return proposal["value"]
+
+    @observe("catalog_store", "default_options")
+    def _gateway_settings_changed(self, change) -> None:
+        if self.gateway is not None:
+            self.close()
+            print(f"mt_magic: MtMagics.{change['name']} changed; the next statement opens a new gateway.")
+
+    # ------------------------------------------------------------ gateway
+    def _gateway(self, spark_name: str | None) -> Gateway:
+        if self.gateway is not None and spark_name and self.gateway.spark is not self._spark(spark_name):
+            self.close()
         if self.gateway is None:
-            self.gateway = Gateway(self._spark())
-            print(f"mt_magic: using SparkSession {self.gateway.spark.sparkContext.applicationId}, "
+            spark = self._spark(spark_name)
+            self.gateway = Gateway(spark, catalog_store=self.catalog_store, config=self.default_options)
+            self.dashboards = Dashboards(self.gateway, run_for_dashboard(self.gateway.execute),
+                                         self.dashboard_interval)
+            origin = f"notebook variable '{spark_name or 'spark'}'" if self._named(spark_name) else \
+                "the active SparkSession"
+            context = spark.sparkContext
+            print(f"mt_magic: using {origin} ({context.master}, {context.applicationId}); "
                   f"catalog store {self.gateway.store.path}")
             for warning in self.gateway.restore_warnings:
                 print(f"mt_magic: {warning}")
         return self.gateway
 
-    def _spark(self):
+    def _named(self, spark_name: str | None):
         from pyspark.sql import SparkSession
-        candidate = self.shell.user_ns.get("spark")
-        if isinstance(candidate, SparkSession):
-            return candidate
+        candidate = self.shell.user_ns.get(spark_name or "spark")
+        return candidate if isinstance(candidate, SparkSession) else None
+
+    def _spark(self, spark_name: str | None):
+        from pyspark.sql import SparkSession
+        session = self._named(spark_name)
+        if session is not None:
+            return session
+        if spark_name:
+            raise ValidationError(f"--spark {spark_name}: there is no SparkSession in a notebook variable "
+                                  f"named '{spark_name}'.")
         session = SparkSession.getActiveSession()
         if session is None:
-            raise MaterializedTableError("No SparkSession found: create one first, e.g. "
-                                         "spark = SparkSession.builder.getOrCreate()")
+            raise ValidationError("No SparkSession found: create one first, e.g. "
+                                  "spark = SparkSession.builder.getOrCreate()")
         return session
 
-    def _run(self, sql: str):
-        results = self._gateway().execute(sql)
-        return ResultView(results[-1]) if results else None
+    # -------------------------------------------------------------- magic
+    @magic_arguments()
+    @argument("-o", "--out", metavar="NAME", help="store the result in the notebook variable NAME")
+    @argument("--dry-run", action="store_true",
+              help="parse and validate (Spark analyses the queries); create, change and run nothing")
+    @argument("--verbose", action="store_true", help="show the full Python traceback of an error")
+    @argument("--spark", metavar="NAME",
+              help="use the SparkSession in notebook variable NAME (default: 'spark', else the active one)")
+    @output_can_be_silenced
+    @no_var_expand
+    @line_cell_magic
+    def mtsql(self, line: str, cell: str | None = None):
+        """Run materialized-table statements, and any Spark SQL, separated by ';'.
 
-    @cell_magic
-    def mtsql(self, line: str, cell: str):
-        """Run materialized-table statements (and any Spark SQL) separated by ';'."""
-        return self._run(cell)
+        %%mtsql [flags]       the cell holds the statements
+        %mtsql [flags] SQL    one-liners: %mtsql SHOW MATERIALIZED TABLES
+        %mtsql dashboard [NAME]   the live dashboard, of all tables or one in detail
 
-    @line_magic("mtsql")
-    def mtsql_line(self, line: str):
-        """One statement on the line: %mtsql SHOW MATERIALIZED TABLES"""
-        return self._run(line)
+        Statements (as in Apache Flink):
+          CREATE [OR ALTER] MATERIALIZED TABLE name [(columns, PRIMARY KEY, WATERMARK)]
+              [COMMENT '...'] [PARTITIONED BY (cols)] [WITH ('key' = 'value', ...)]
+              [FRESHNESS = INTERVAL 'n' unit] [REFRESH_MODE = FULL | CONTINUOUS] AS query
+          ALTER MATERIALIZED TABLE name SUSPEND | RESUME [WITH (...)]
+              | REFRESH [PARTITION (k = 'v', ...)] | AS query
+              | SET FRESHNESS = INTERVAL ... | SET REFRESH_MODE = ... | SET (...) | RESET (...)
+          DROP MATERIALIZED TABLE [IF EXISTS] name
+          SHOW MATERIALIZED TABLES [FROM db] [[NOT] LIKE 'pattern']
+          SHOW CREATE MATERIALIZED TABLE name;  DESCRIBE [EXTENDED] name
+          CREATE [OR REPLACE] TABLE name [...] AS query;  SET 'key' = 'value';  RESET ['key']
+          anything else goes to spark.sql unchanged.
+
+        Notebook variables: {{name}} becomes the variable's value as a quoted SQL literal
+        (None becomes NULL); IPython's {var} and $var expansion is not applied.
+        A trailing ';' on the last line silences the output. Settings: %config MtMagics.
+        """
+        if cell is None:
+            flags, sql = _split_line(line, self.mtsql.parser)
+        else:
+            flags, sql = line, cell
+        args = parse_argstring(self.mtsql, flags)
+        verbose = args.verbose or self.verbose_errors
+        try:
+            return self._dispatch(args, sql)
+        except MaterializedTableError as error:
+            if verbose:
+                raise VerboseError(str(error)) from error
+            raise
+
+    def _dispatch(self, args, sql: str):
+        gateway = self._gateway(args.spark)
+        words = sql.split()
+        if words and words[0].lower() == "dashboard":
+            return self._dashboard(words[1:])
+        sql = substitute(sql, self.shell.user_ns)
+        if not sql.strip():
+            return None
+        token = JOB_OBSERVER.set(self._progress())
+        try:
+            results = gateway.execute(sql, dry_run=args.dry_run)
+        finally:
+            JOB_OBSERVER.reset(token)
+            self.dashboards.sync()
+        view = ResultView(results, self.display_limit) if results else None
+        if args.out and view is not None:
+            self.shell.user_ns[args.out] = view
+        if self.show_dashboard and not args.dry_run and _creates(sql):
+            display(view)
+            return self.dashboards.open()
+        return view
+
+    def _dashboard(self, words: list[str]):
+        if len(words) > 1:
+            raise ValidationError("Usage: %mtsql dashboard [NAME]")
+        identifier = self.gateway.describe(words[0])["identifier"] if words else None
+        return self.dashboards.open(identifier)
+
+    def _progress(self):
+        """Progress bars only where a front end can draw widgets: a kernel, not a terminal."""
+        if getattr(self.shell, "kernel", None) is None:
+            return None
+        return progress_observer(self.gateway.spark.sparkContext, display, after_s=self.progress_after)
 
     def close(self) -> None:
+        if self.dashboards is not None:
+            self.dashboards.close()
+            self.dashboards = None
         if self.gateway is not None:
             self.gateway.close()
             self.gateway = None
 
 
+def _creates(sql: str) -> bool:
+    return any(isinstance(s, CreateMaterializedTable) for s in parse(sql))
+
+
+def _split_line(line: str, parser) -> tuple[str, str]:
+    """Leading flags, then the SQL verbatim (quotes and all): '-o r SELECT 1' -> ('-o r', 'SELECT 1')."""
+    rest, flags = line.strip(), []
+    while rest.startswith("-") and not rest.startswith("-- ") and rest != "--":
+        word, _, rest = rest.partition(" ")
+        flags.append(word)
+        action = parser._option_string_actions.get(word)
+        if action is not None and action.nargs is None:      # a flag with a value: -o NAME
+            value, _, rest = rest.lstrip().partition(" ")
+            flags.append(value)
+        rest = rest.lstrip()
+    return " ".join(flags), rest
+
+
 def load(shell) -> None:
+    """One MtMagics (so one Gateway) per shell; loading again is harmless."""
     if _STATE_KEY in shell.__dict__:
         return
-    magics = MtMagics(shell)
+    for name in _QUIET_LOGGERS:     # no library log line may land in whatever cell runs
+        logging.getLogger(name).addHandler(logging.NullHandler())
+    magics = MtMagics(shell=shell)
     shell.register_magics(magics)
     shell.__dict__[_STATE_KEY] = magics
 
 
 def unload(shell) -> None:
+    """Stop the scheduler, the streaming jobs and the dashboards; forget the magic, lazy one too."""
     magics = shell.__dict__.pop(_STATE_KEY, None)
     if magics is None:
         return
     magics.close()
     for kind in ("cell", "line"):
         shell.magics_manager.magics[kind].pop("mtsql", None)
+    shell.magics_manager.lazy_magics.pop("mtsql", None)
+    shell.configurables = [c for c in shell.configurables if c is not magics]

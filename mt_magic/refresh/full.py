@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -28,13 +29,21 @@ def job_group(table: MaterializedTable) -> str:
     return f"mt_magic:{table.identifier}"
 
 
+# Who watches the Spark jobs a statement starts in this thread (the notebook's progress bar).
+# Threads start with an empty context, so scheduled refreshes are never watched.
+JOB_OBSERVER: ContextVar[Callable[[str, str], AbstractContextManager] | None] = ContextVar(
+    "mt_magic_job_observer", default=None)
+
+
 @contextmanager
 def spark_job_group(spark: SparkSession, group: str, description: str) -> Iterator[None]:
     """Set in the job's own thread and cleared after: pool threads would carry it on otherwise."""
     context = spark.sparkContext
     context.setJobGroup(group, description, interruptOnCancel=True)
+    observer = JOB_OBSERVER.get()
     try:
-        yield
+        with observer(group, description) if observer else nullcontext():
+            yield
     finally:
         context.setLocalProperty("spark.jobGroup.id", None)
         context.setLocalProperty("spark.job.description", None)

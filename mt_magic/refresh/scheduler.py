@@ -15,6 +15,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
+from apscheduler.triggers.interval import IntervalTrigger
 
 from mt_magic.sql.freshness import IntervalFreshness
 
@@ -49,6 +50,11 @@ class RefreshScheduler:
         self._scheduler.add_job(action, DateTrigger(run_date=datetime.now(timezone.utc)
                                                     + timedelta(seconds=delay_s)),
                                 id=job_id, name=job_id, replace_existing=True)
+
+    def every(self, job_id: str, seconds: float, action: Callable[[], None]) -> None:
+        """A repeating job (the dashboards' live update); it stops with the scheduler."""
+        self._scheduler.add_job(action, IntervalTrigger(seconds=seconds), id=job_id, name=job_id,
+                                replace_existing=True)
 
     def pause(self, identifier: str) -> None:
         self._scheduler.pause_job(identifier)

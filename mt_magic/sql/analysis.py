@@ -48,6 +48,10 @@ _CLAUSE_WORDS = ("WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "JOIN", "LEFT", "
                  "CLUSTER", "DISTRIBUTE", "SORT", "OFFSET", "WITH")
 
 
+# Statements that only read, so Spark can analyse them without running anything.
+_QUERY_WORDS = ("SELECT", "WITH", "VALUES", "FROM", "TABLE")
+
+
 class QueryAnalyzer:
     """Uses Spark's own parser and analyzer (a classic session's JVM) for everything."""
 
@@ -114,6 +118,15 @@ class QueryAnalyzer:
             definition = definition[:start] + text + definition[stop + 1:]
         schema = spark_call(lambda: self.spark.sql(definition).schema, "The query is not valid")
         return AnalyzedQuery(schema, definition, tuple(dict.fromkeys(sources)))
+
+    def check_spark_statement(self, text: str) -> str:
+        """A Spark statement without running it: parsed, and analysed too when it only reads."""
+        spark_call(lambda: self._jsession.sessionState().sqlParser().parsePlan(text), "Spark")
+        first = next((t for t in tokenize(text) if t.kind is Kind.WORD), None)
+        if first is not None and first.is_word(*_QUERY_WORDS):
+            spark_call(lambda: self.spark.sql(text).schema, "Spark")
+            return "query analysed by Spark"
+        return "parsed by Spark (a Spark statement is checked when it runs)"
 
     def streaming_query(self, definition_query: str, static: set[str]) -> str:
         """The definition query with every source not in `static` read as a stream: STREAM(t) AS t.

@@ -1,0 +1,108 @@
+"""What the dashboard shows of one table, read from the gateway at one moment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from mt_magic.catalog.model import MaterializedTable, RefreshOutcome
+from mt_magic.gateway import Gateway
+from mt_magic.sql.freshness import CONTINUOUS, IntervalFreshness
+
+
+@dataclass(frozen=True)
+class Refresh:
+    started_at: datetime
+    duration_s: float
+    rows: int | None
+    outcome: str
+    target: str                        # 'whole table', 'ds=2024-01-02', 'batch 7'
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    name: str
+    identifier: str
+    mode: str
+    status: str                        # ACTIVATED / SUSPENDED / INITIALIZING
+    refreshing: bool                   # a batch refresh runs right now
+    freshness: timedelta
+    freshness_text: str
+    comment: str | None
+    data_age: timedelta | None         # now − when the data last published was
+    last: Refresh | None
+    next_refresh: datetime | None
+    handler: str
+    error: str | None
+    history: tuple[Refresh, ...] = ()
+    sources: tuple[str, ...] = ()
+    readers: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def stale(self) -> bool:
+        return self.data_age is not None and self.data_age > self.freshness
+
+
+def table_statuses(gateway: Gateway, now: datetime | None = None) -> list[TableStatus]:
+    """Every materialized table in the store, ordered by identifier."""
+    now = now or datetime.now(timezone.utc)
+    tables = sorted(gateway.store.list(), key=lambda t: t.identifier)
+    return [_status(gateway, t, tables, now) for t in tables]
+
+
+def _status(gateway: Gateway, table: MaterializedTable, tables: list[MaterializedTable],
+            now: datetime) -> TableStatus:
+    history = _history(gateway, table)
+    published = _published_at(gateway, table, history)
+    handler = table.refresh_handler
+    error = handler.get("failure") or (history[-1].error if history and history[-1].outcome == "FAILED"
+                                       else None)
+    return TableStatus(
+        name=table.name, identifier=table.identifier, mode=table.refresh_mode,
+        status=table.refresh_status, refreshing=gateway.refreshing(table.identifier),
+        freshness=IntervalFreshness.parse(table.freshness).duration, freshness_text=table.freshness,
+        comment=table.comment, data_age=now - published if published else None,
+        last=history[-1] if history else None,
+        next_refresh=gateway.scheduler.next_fire_time(table.identifier),
+        handler=_handler_text(handler), error=error, history=tuple(history),
+        sources=table.source_tables,
+        readers=tuple(t.identifier for t in tables if table.identifier in t.source_tables))
+
+
+def _history(gateway: Gateway, table: MaterializedTable) -> list[Refresh]:
+    """Batch refreshes from the catalog; for a streaming table, its recent micro-batches too."""
+    history = [_from_outcome(o) for o in table.refresh_history]
+    progress = gateway.jobs.progress(table.identifier) if table.refresh_mode == CONTINUOUS else None
+    for batch in (progress.history if progress else []):
+        if batch.get("timestamp"):
+            history.append(Refresh(_parse(batch["timestamp"]), (batch.get("processing_ms") or 0) / 1000,
+                                   batch.get("input_rows"), "SUCCEEDED", f"batch {batch['batch_id']}"))
+    return sorted(history, key=lambda r: r.started_at)[-10:]
+
+
+def _published_at(gateway: Gateway, table: MaterializedTable, history: list[Refresh]) -> datetime | None:
+    progress = gateway.jobs.progress(table.identifier) if table.refresh_mode == CONTINUOUS else None
+    if progress is not None and progress.last_published:
+        return datetime.fromtimestamp(progress.last_published, timezone.utc)
+    done = [r for r in history if r.outcome == "SUCCEEDED" and not r.target.startswith("batch")]
+    return done[-1].started_at + timedelta(seconds=done[-1].duration_s) if done else None
+
+
+def _from_outcome(outcome: RefreshOutcome) -> Refresh:
+    target = ", ".join(f"{k}={v}" for k, v in outcome.partition.items()) or "whole table"
+    return Refresh(_parse(outcome.started_at), outcome.duration_s, outcome.rows, outcome.outcome, target,
+                   outcome.error)
+
+
+def _handler_text(handler: dict) -> str:
+    if handler.get("streaming_query_id"):
+        return f"streaming query {handler['streaming_query_id']} on {handler.get('application_id', '')}"
+    if handler.get("scheduler_job_id"):
+        return f"scheduler job {handler['scheduler_job_id']} on {handler.get('application_id', '')}"
+    return ""
+
+
+def _parse(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
