@@ -209,3 +209,13 @@ def test_unload_stops_everything_and_leaves_no_threads(shell, sales, spark, tmp_
     new = [t.name for t in set(threading.enumerate()) - baseline if t.is_alive()]
     assert [n for n in new if not n.startswith("Thread-")] == [] and ours() == []
     shell.run_line_magic("load_ext", "mt_magic")
+
+
+def test_a_spark_error_is_one_message_and_nothing_on_stderr(shell, db, capfd):
+    shell.run_line_magic("mtsql", "SELECT 1 AS warm_up")
+    capfd.readouterr()
+    result = shell.run_cell("%mtsql SELECT * FROM nope")
+    assert isinstance(result.error_in_exec, SparkError)
+    out, err = capfd.readouterr()
+    assert err == ""
+    assert out.startswith("SparkError: Spark: [TABLE_OR_VIEW_NOT_FOUND]") and "Traceback" not in out

@@ -22,6 +22,8 @@ from mt_magic.sql.statements import CreateMaterializedTable
 
 _STATE_KEY = "_mt_magic_magics"
 _QUIET_LOGGERS = ("mt_magic", "apscheduler", "py4j")
+# PySpark logs every failed query again as JSON on stderr; the magic reports it once, in one line.
+_SPARK_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
 class VerboseError(Exception):
@@ -212,8 +214,11 @@ def load(shell) -> None:
     """One MtMagics (so one Gateway) per shell; loading again is harmless."""
     if _STATE_KEY in shell.__dict__:
         return
+    from pyspark.logger import PySparkLogger
     for name in _QUIET_LOGGERS:     # no library log line may land in whatever cell runs
         logging.getLogger(name).addHandler(logging.NullHandler())
+    for name in _SPARK_ERROR_LOGGERS:
+        PySparkLogger.getLogger(name).disabled = True
     magics = MtMagics(shell=shell)
     shell.register_magics(magics)
     shell.__dict__[_STATE_KEY] = magics
@@ -225,6 +230,8 @@ def unload(shell) -> None:
     if magics is None:
         return
     magics.close()
+    for name in _SPARK_ERROR_LOGGERS:
+        logging.getLogger(name).disabled = False
     for kind in ("cell", "line"):
         shell.magics_manager.magics[kind].pop("mtsql", None)
     shell.magics_manager.lazy_magics.pop("mtsql", None)

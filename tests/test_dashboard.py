@@ -1,0 +1,124 @@
+"""The dashboard's widget state, without a browser: values after refreshes, buttons, errors, escaping."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import wait_for
+
+from mt_magic.notebook.dashboard import Dashboard, Dashboards, run_for_dashboard
+
+CREATE_T = "CREATE MATERIALIZED TABLE t REFRESH_MODE = FULL AS SELECT * FROM sales"
+
+
+@pytest.fixture
+def board(gw):
+    def open_board(identifier: str | None = None) -> Dashboard:
+        return Dashboard(gw, run_for_dashboard(gw.execute), identifier)
+    return open_board
+
+
+def cells(dashboard: Dashboard, name: str) -> str:
+    row = next(r for i, r in dashboard._rows.items() if i.endswith(f".{name}"))
+    return row.cells.value
+
+
+def buttons(dashboard: Dashboard, name: str) -> dict:
+    return next(r for i, r in dashboard._rows.items() if i.endswith(f".{name}")).buttons
+
+
+def test_a_row_per_table_with_its_last_refresh(gw, sales, board):
+    gw.execute(CREATE_T)
+    gw.execute("CREATE MATERIALIZED TABLE u FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS "
+               "SELECT product_id FROM sales")
+    dashboard = board()
+    assert [i.rsplit(".", 1)[1] for i in dashboard._rows] == ["t", "u"]
+    row = cells(dashboard, "t")
+    for text in ("<b>t</b>", "FULL", "ACTIVATED", "1 HOUR", "SUCCEEDED in", "4 rows (whole table)",
+                 "scheduler job spark_catalog.", gw.spark.sparkContext.applicationId, "/ 1 h", "(in "):
+        assert text in row
+    assert "color:#c0392b" not in row          # data younger than its freshness: not stale
+    gw.execute("ALTER MATERIALIZED TABLE t REFRESH")
+    detail = board(dashboard.gateway.describe("t")["identifier"])
+    assert detail.detail.value.count("SUCCEEDED") == 2
+
+
+def test_buttons_run_the_statements_and_follow_the_status(gw, sales, board):
+    gw.execute(CREATE_T)
+    dashboard = board()
+    assert not buttons(dashboard, "t")["SUSPEND"].disabled and buttons(dashboard, "t")["RESUME"].disabled
+    buttons(dashboard, "t")["SUSPEND"].click()
+    assert gw.describe("t")["refresh_status"] == "SUSPENDED"
+    assert "SUSPENDED" in cells(dashboard, "t") and "Suspended" in dashboard.message.value
+    assert buttons(dashboard, "t")["SUSPEND"].disabled and not buttons(dashboard, "t")["RESUME"].disabled
+    buttons(dashboard, "t")["RESUME"].click()
+    assert gw.describe("t")["refresh_status"] == "ACTIVATED" and "ACTIVATED" in cells(dashboard, "t")
+    buttons(dashboard, "t")["REFRESH"].click()
+    assert "Refreshed" in dashboard.message.value
+    assert len(gw.store.get(gw.describe("t")["identifier"]).refresh_history) == 2
+
+
+def test_a_failed_refresh_shows_its_error(gw, sales, board, spark):
+    gw.execute(CREATE_T)
+    dashboard = board()
+    spark.sql("DROP TABLE sales")
+    buttons(dashboard, "t")["REFRESH"].click()
+    assert dashboard.message.value.startswith("<pre style='margin:2px 0'>SparkError: [TABLE_OR_VIEW_NOT_FOUND]")
+    row = cells(dashboard, "t")
+    assert "FAILED in" in row and "TABLE_OR_VIEW_NOT_FOUND" in row
+
+
+def test_user_strings_are_escaped(gw, sales, board):
+    gw.execute("CREATE MATERIALIZED TABLE t COMMENT '<script>alert(1)</script>' REFRESH_MODE = FULL AS "
+               "SELECT * FROM sales")
+    dashboard = board()
+    html = cells(dashboard, "t")
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    dashboard.report("<img src=x onerror=alert(1)>")
+    assert "<img" not in dashboard.message.value and "&lt;img" in dashboard.message.value
+
+
+def test_values_update_live_from_the_scheduler_thread(gw, sales):
+    gw.execute(CREATE_T)
+    boards = Dashboards(gw, run_for_dashboard(gw.execute), interval_s=0.2)
+    dashboard = boards.open()
+    before = cells(dashboard, "t")
+    gw.execute("ALTER MATERIALIZED TABLE t SUSPEND")     # not through the dashboard: only the tick sees it
+    wait_for(lambda: "SUSPENDED" in cells(dashboard, "t"), timeout=10)
+    assert cells(dashboard, "t") != before
+    boards.close()
+
+
+def test_text_repr_is_deterministic(gw, sales, board):
+    gw.execute(CREATE_T)
+    dashboard = board()
+    first = repr(dashboard)
+    gw.execute("ALTER MATERIALIZED TABLE t REFRESH")
+    dashboard.update()
+    assert repr(dashboard) == first == "Materialized tables: 1\nt: FULL, ACTIVATED, freshness 1 HOUR"
+
+
+def test_detail_shows_history_and_lineage(gw, sales, board):
+    gw.execute(CREATE_T)
+    gw.execute("CREATE MATERIALIZED TABLE totals REFRESH_MODE = FULL AS "
+               "SELECT product_id, SUM(amount) AS total FROM t GROUP BY product_id")
+    t_id, totals_id = gw.describe("t")["identifier"], gw.describe("totals")["identifier"]
+    upstream = board(t_id).detail.value
+    assert f"{t_id.rsplit('.', 1)[0]}.sales &rarr; <b>{t_id}</b> &rarr; {totals_id}" in upstream
+    downstream = board(totals_id).detail.value
+    assert f"{t_id} &rarr; <b>{totals_id}</b> &rarr; none" in downstream
+    assert "Recent refreshes" in downstream and "whole table" in downstream
+
+
+def test_a_streaming_table_shows_its_query_and_batches(gw, sales, board, tmp_path):
+    gw.execute(f"SET 'execution.checkpointing.dir' = '{tmp_path}/cp'")
+    gw.execute("CREATE MATERIALIZED TABLE s FRESHNESS = INTERVAL '1' SECOND REFRESH_MODE = CONTINUOUS AS "
+               "SELECT product_id, SUM(amount) AS total FROM sales GROUP BY product_id")
+    query_id = gw.describe("s")["refresh_handler"]["streaming_query_id"]
+    dashboard = board()
+    wait_for(lambda: (dashboard.update(), "batch 0" in cells(dashboard, "s"))[1], timeout=60)
+    assert f"streaming query {query_id}" in cells(dashboard, "s") and "CONTINUOUS" in cells(dashboard, "s")
+    gw.execute("DROP MATERIALIZED TABLE s")
+    dashboard.update()                       # another thread: the row stays, marked
+    assert cells(dashboard, "s").endswith(": dropped</td></tr></table>")
+    dashboard.sync()                         # the main thread: the row goes
+    assert list(dashboard._rows) == []
