@@ -1,0 +1,27 @@
+"""mt_magic autoload: declares %%mtsql and %mtsql lazily, so nothing is imported until first use.
+
+Installed into {sys.prefix}/etc/ipython/startup/ by `pip install mt-magic`. IPython runs this file
+in the user namespace of every shell and kernel of that environment, hence the function and `del`.
+Set MT_MAGIC_NO_AUTOLOAD=1 to turn it off; `%load_ext mt_magic` still works then.
+"""
+
+
+def _mt_magic_autoload() -> None:
+    import importlib.util
+    import os
+
+    if os.environ.get("MT_MAGIC_NO_AUTOLOAD", "").strip().lower() not in ("", "0", "false", "no"):
+        return
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None or importlib.util.find_spec("mt_magic") is None:
+        return
+    if "mtsql" not in shell.magics_manager.magics["cell"]:
+        shell.magics_manager.register_lazy("mtsql", "mt_magic")
+
+
+_mt_magic_autoload()
+del _mt_magic_autoload
