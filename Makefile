@@ -2,8 +2,10 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+BROWSER := tests/browser
 
-.PHONY: setup demo test benchmark
+.PHONY: setup demo test benchmark chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -12,11 +14,20 @@ $(BIN)/python:
 setup: $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 
+# The browser test renders a notebook's widgets offline: Debian's Chromium, and the widget manager
+# and require.js from npm at the versions in package-lock.json.
+chromium:
+	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+
+$(BROWSER)/node_modules/.package-lock.json: $(BROWSER)/package-lock.json
+	cd $(BROWSER) && npm ci --no-audit --no-fund --loglevel=error
+
 demo: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m mt_magic.demo
 
-test: setup
-	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m pytest -q
+test: setup chromium $(BROWSER)/node_modules/.package-lock.json
+	SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python IPYTHONDIR=$$(mktemp -d) \
+		$(BIN)/python -m pytest -q
 
 benchmark: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/full_refresh.py

@@ -122,3 +122,12 @@ def test_a_streaming_table_shows_its_query_and_batches(gw, sales, board, tmp_pat
     assert cells(dashboard, "s").endswith(": dropped</td></tr></table>")
     dashboard.sync()                         # the main thread: the row goes
     assert list(dashboard._rows) == []
+
+
+def test_the_notebook_text_form_is_the_whole_repr(gw, sales, board):
+    for name in ("first_table_with_a_long_name", "second_table_with_a_long_name"):
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} REFRESH_MODE = FULL AS SELECT * FROM sales")
+    dashboard = board()
+    bundle = dashboard._repr_mimebundle_()
+    assert len(repr(dashboard)) > 110 and bundle["text/plain"] == repr(dashboard)
+    assert "application/vnd.jupyter.widget-view+json" in bundle

@@ -116,6 +116,11 @@ def test_trailing_semicolon_silences_the_output(shell, db, capsys):
     assert shell.user_ns["r"].rows == [(42,)]
     shell.run_cell("%mtsql SELECT 41 + 1 AS answer")
     assert "answer" in capsys.readouterr().out
+    # SQL indents freely, which Python's tokenizer (IPython's own ';' check) rejects
+    result = shell.run_cell("%%mtsql -o c\nSELECT 1 AS a,\n          2 AS b\n   FROM range(1);  -- done\n")
+    assert result.error_in_exec is None and result.result is None and shell.user_ns["c"].rows == [(1, 2)]
+    result = shell.run_cell("%%mtsql\nSELECT 1 AS a,\n          2 AS b\n   FROM range(1)\n")
+    assert result.error_in_exec is None and repr(result.result) == "a | b\n1 | 2"
 
 
 def test_variables_are_substituted_only_as_quoted_literals(shell, db):

@@ -125,6 +125,12 @@ class Dashboard(widgets.VBox):
                     with self.detail.hold_sync():
                         self.detail.value = detail
 
+    def _repr_mimebundle_(self, **kwargs) -> dict | None:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is not None:            # ipywidgets cuts text/plain at 110 characters
+            bundle["text/plain"] = repr(self)
+        return bundle
+
     def __repr__(self) -> str:
         """Deterministic: what the tables are, not when they refreshed (notebook diffs, nbval)."""
         statuses = self._statuses

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from IPython.core.magic import (Magics, line_cell_magic, magics_class, no_var_expand,
-                                output_can_be_silenced)
+import sqlparse
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 from traitlets import Bool, Dict, Integer, Unicode, observe, validate
@@ -109,7 +109,6 @@ class MtMagics(Magics):
     @argument("--verbose", action="store_true", help="show the full Python traceback of an error")
     @argument("--spark", metavar="NAME",
               help="use the SparkSession in notebook variable NAME (default: 'spark', else the active one)")
-    @output_can_be_silenced
     @no_var_expand
     @line_cell_magic
     def mtsql(self, line: str, cell: str | None = None):
@@ -143,7 +142,8 @@ class MtMagics(Magics):
         args = parse_argstring(self.mtsql, flags)
         verbose = args.verbose or self.verbose_errors
         try:
-            return self._dispatch(args, sql)
+            result = self._dispatch(args, sql)
+            return None if _silenced(sql) else result
         except MaterializedTableError as error:
             if verbose:
                 raise VerboseError(str(error)) from error
@@ -190,6 +190,12 @@ class MtMagics(Magics):
         if self.gateway is not None:
             self.gateway.close()
             self.gateway = None
+
+
+def _silenced(sql: str) -> bool:
+    """A trailing ';'. Not IPython's @output_can_be_silenced: it tokenizes the cell as Python, and
+    SQL's free indentation raises IndentationError there."""
+    return sqlparse.format(sql, strip_comments=True).rstrip().endswith(";")
 
 
 def _creates(sql: str) -> bool:
