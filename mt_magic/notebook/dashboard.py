@@ -92,9 +92,10 @@ class Dashboard(widgets.VBox):
         wanted = [s.identifier for s in statuses]
         if self.identifier is not None and self.identifier not in wanted:
             wanted = [self.identifier]
-        if wanted != list(self._rows):
-            self._rows = {i: self._rows.get(i) or TableRow(i, self._run, self.report) for i in wanted}
-            self.rows.children = tuple(self._rows.values())
+        with self._lock:
+            if wanted != list(self._rows):
+                self._rows = {i: self._rows.get(i) or TableRow(i, self._run, self.report) for i in wanted}
+                self.rows.children = tuple(self._rows.values())
         self._show(statuses)
 
     def update(self) -> None:
