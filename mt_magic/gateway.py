@@ -83,7 +83,10 @@ class Gateway:
         statements = parse(sql)
         for number, statement in enumerate(statements, 1):
             try:
-                results.append(run(statement))
+                try:
+                    results.append(run(statement))
+                except (PySparkException, Py4JError) as error:
+                    raise SparkError(spark_message(error)) from None
             except MaterializedTableError as error:
                 if len(statements) > 1:
                     error.statement = f"statement {number} ({_first_line(statement.text)})"
@@ -147,21 +150,11 @@ class Gateway:
             st.ResetOption: self._reset,
             st.SparkStatement: self._spark,
         }
-        try:
-            return handlers[type(statement)](statement)
-        except MaterializedTableError:
-            raise
-        except (PySparkException, Py4JError) as error:
-            raise SparkError(spark_message(error)) from None
+        return handlers[type(statement)](statement)
 
     def _check(self, statement: st.Statement) -> Result:
         """--dry-run: what the statement would validate, with nothing created, changed or run."""
-        try:
-            return Result.ok(f"Valid: {self._validate(statement)}.")
-        except MaterializedTableError:
-            raise
-        except (PySparkException, Py4JError) as error:
-            raise SparkError(spark_message(error)) from None
+        return Result.ok(f"Valid: {self._validate(statement)}.")
 
     def _validate(self, statement: st.Statement) -> str:
         if isinstance(statement, st.CreateMaterializedTable):
