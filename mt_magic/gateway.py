@@ -8,12 +8,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Any
 from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo
 
-from py4j.protocol import Py4JError
-from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
 
 from mt_magic import config as cfg
 from mt_magic.catalog.model import (ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable,
@@ -23,13 +21,16 @@ from mt_magic.describe import describe_dict, describe_rows, show_create
 from mt_magic.errors import (ExecutionError, MaterializedTableError, SparkError, StateError,
                              TableNotFoundError, ValidationError)
 from mt_magic.refresh.continuous import ContinuousJobs, output_mode
-from mt_magic.refresh.full import job_group, run_refresh, shape, spark_job_group
+from mt_magic.refresh.full import job_group, run_refresh, shape
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT, periodic_partition
 from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, workflow_name
 from mt_magic.refresh.storage import RESERVED_OPTIONS, TableStorage, data_source_format
 from mt_magic.results import Result
 from mt_magic.sql import statements as st
-from mt_magic.sql.analysis import AnalyzedQuery, QueryAnalyzer, spark_call, spark_message
+from mt_magic.spark.analysis import AnalyzedQuery, QueryAnalyzer
+from mt_magic.spark.errors import SPARK_ERRORS, spark_call, spark_message
+from mt_magic.spark.jobs import cancel_jobs, job_scope
+from mt_magic.spark.session import active_session, session_info
 from mt_magic.sql.freshness import (AUTOMATIC, CONTINUOUS, FULL, IntervalFreshness,
                                     derive_refresh_mode)
 from mt_magic.sql.parser import parse
@@ -50,9 +51,9 @@ class Gateway:
     crash left INITIALIZING, and reschedules the FULL tables (SUSPENDED ones stay paused).
     """
 
-    def __init__(self, spark: SparkSession | None = None, catalog_store: str | None = None,
+    def __init__(self, spark: Any | None = None, catalog_store: str | None = None,
                  config: Mapping[str, str] | None = None) -> None:
-        self.spark = spark or SparkSession.getActiveSession()
+        self.spark = spark or active_session()
         if self.spark is None:
             raise MaterializedTableError(
                 "No SparkSession: pass one, e.g. Gateway(SparkSession.builder.getOrCreate()).")
@@ -85,7 +86,7 @@ class Gateway:
             try:
                 try:
                     results.append(run(statement))
-                except (PySparkException, Py4JError) as error:
+                except SPARK_ERRORS as error:
                     raise SparkError(spark_message(error)) from None
             except MaterializedTableError as error:
                 if len(statements) > 1:
@@ -119,7 +120,7 @@ class Gateway:
         """Stop the streaming jobs gracefully, the scheduler and any running refresh; statuses stay."""
         self.jobs.stop_all()
         for identifier in list(self._running):
-            self.spark.sparkContext.cancelJobGroup(f"mt_magic:{identifier}")
+            cancel_jobs(self.spark, f"mt_magic:{identifier}")
         self.scheduler.shutdown()
 
     def __enter__(self) -> Gateway:
@@ -332,6 +333,7 @@ class Gateway:
     def _schedule(self, table: MaterializedTable, paused: bool, dynamic_options: dict) -> dict:
         freshness = IntervalFreshness.parse(table.freshness)
         zone = self._zone()
+        info = session_info(self.spark)
         self.scheduler.schedule(table.identifier, freshness, zone, paused=paused)
         return {
             "kind": "embedded-scheduler",
@@ -341,8 +343,8 @@ class Gateway:
             "cron_expression": freshness.quartz_cron(),
             "time_zone": str(zone),
             "dynamic_options": dict(dynamic_options),
-            "spark_master": self.spark.sparkContext.master,
-            "application_id": self.spark.sparkContext.applicationId,
+            "spark_master": info.master,
+            "application_id": info.application_id,
         }
 
     # =========================================================== refresh
@@ -364,8 +366,8 @@ class Gateway:
 
     def _refresh_result(self, table: MaterializedTable) -> Result:
         last = table.last_refresh
-        cluster = {"spark.master": self.spark.sparkContext.master,
-                   "spark.app.id": self.spark.sparkContext.applicationId}
+        info = session_info(self.spark)
+        cluster = {"spark.master": info.master, "spark.app.id": info.application_id}
         target = ", ".join(f"{k}={v}" for k, v in last.partition.items()) or "whole table"
         return Result.table(["job id", "cluster info", "rows", "partition"],
                             [(job_group(table), cluster, last.rows, target)],
@@ -734,7 +736,7 @@ class Gateway:
             raise
         identifier = table.identifier
         self._stop_pipeline(table)
-        self.spark.sparkContext.cancelJobGroup(job_group(table))
+        cancel_jobs(self.spark, job_group(table))
         with self._lock(identifier):
             table = self.store.get(identifier) or table
             self.storage.drop(table)
@@ -761,7 +763,7 @@ class Gateway:
         source = spark_call(lambda: self.spark.sql(statement.query), "The query")
         schema = derive_schema(statement, source.schema, computed_type(source))
         check_partition_keys(statement.partition_keys, schema.columns)
-        with spark_job_group(self.spark, f"mt_magic:ctas:{target.identifier}",
+        with job_scope(self.spark, f"mt_magic:ctas:{target.identifier}",
                              f"{statement.verb} {target.identifier}"):
             return write_table_as(self.spark, shape(source, schema.columns, target.identifier), target)
 
@@ -846,7 +848,7 @@ class Gateway:
                         "dynamic_options", {}), checkpoint=table.refresh_handler.get("checkpoint_location"))
                     self.store.update(table.identifier, lambda t: t.evolve(refresh_handler=handler))
                 self.storage.sweep(table, retention)
-            except (MaterializedTableError, PySparkException, Py4JError) as error:
+            except (MaterializedTableError, *SPARK_ERRORS) as error:
                 self.restore_warnings.append(f"{table.identifier}: {spark_message(error)}")
 
 

@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame
 
 from mt_magic.errors import ValidationError
 from mt_magic.results import Result
-from mt_magic.sql.analysis import QueryAnalyzer
+from mt_magic.spark.analysis import QueryAnalyzer
 from mt_magic.sql.parser import parse
 from mt_magic.table_as import CREATE, IF_NOT_EXISTS, TableAsTarget, plan_target, write_table_as
 

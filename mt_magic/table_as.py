@@ -12,16 +12,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from mt_magic.errors import ValidationError
-from mt_magic.refresh.files import Files
-from mt_magic.refresh.storage import (TABLE_PROPERTY, data_source_format, data_source_options,
-                                     partition_locations, switch_partition_locations)
+from mt_magic.refresh.storage import TABLE_PROPERTY, data_source_format, data_source_options
 from mt_magic.results import Result
-from mt_magic.sql.analysis import spark_call
+from mt_magic.spark.catalog import (database_location, partition_locations, switch_partition_locations,
+                                    table_facts)
+from mt_magic.spark.errors import spark_call
+from mt_magic.spark.files import Files, files_for
 from mt_magic.sql.statements import quote_identifier, sql_string
 
 CREATE, IF_NOT_EXISTS, REPLACE = "create", "if-not-exists", "replace"
@@ -54,7 +56,7 @@ class TableAsTarget:
         return ".".join(quote_identifier(p) for p in (self.database, name or self.name))
 
 
-def plan_target(spark: SparkSession, parts: tuple[str, str, str], options: Mapping[str, str],
+def plan_target(spark: Any, parts: tuple[str, str, str], options: Mapping[str, str],
                 mode: str, partition_keys: Sequence[str] = (), comment: str | None = None) -> TableAsTarget:
     catalog, database, name = parts
     identifier = ".".join(parts)
@@ -63,7 +65,7 @@ def plan_target(spark: SparkSession, parts: tuple[str, str, str], options: Mappi
                               f"'{SESSION_CATALOG}' only.")
     fmt = data_source_format(spark, options, default=spark.conf.get("spark.sql.sources.default") or "parquet")
     path = options.get("path")
-    if path is not None and not Files(spark).is_empty_dir(path):
+    if path is not None and not files_for(spark).is_empty_dir(path):
         raise ValidationError(f"Option 'path' = '{path}' names a folder that is not empty; the new table "
                               "needs a folder of its own.")
     target = TableAsTarget(catalog, database, name, mode, fmt, dict(options), tuple(partition_keys), comment)
@@ -79,15 +81,15 @@ def plan_target(spark: SparkSession, parts: tuple[str, str, str], options: Mappi
     return replace(target, exists=True)
 
 
-def _is_materialized(spark: SparkSession, target: TableAsTarget) -> bool:
+def _is_materialized(spark: Any, target: TableAsTarget) -> bool:
     rows = spark.sql(f"SHOW TBLPROPERTIES {target.quoted()} ({sql_string(TABLE_PROPERTY)})").collect()
     return any(row[1] == "true" for row in rows)
 
 
-def write_table_as(spark: SparkSession, frame: DataFrame, target: TableAsTarget) -> Result:
+def write_table_as(spark: Any, frame: DataFrame, target: TableAsTarget) -> Result:
     if target.exists and target.mode == IF_NOT_EXISTS:
         return Result.ok(f"Table {target.identifier} already exists; nothing was written (IF NOT EXISTS).")
-    files = Files(spark)
+    files = files_for(spark)
     path = target.options.get("path")
     path_existed = path is not None and files.exists(path)
     suffix = uuid.uuid4().hex[:8]
@@ -117,7 +119,7 @@ def write_table_as(spark: SparkSession, frame: DataFrame, target: TableAsTarget)
     return Result.ok(f"{verb} table {target.identifier} ({target.format}, {rows} rows).")
 
 
-def _swap_in(spark: SparkSession, target: TableAsTarget, staging: str, suffix: str) -> None:
+def _swap_in(spark: Any, target: TableAsTarget, staging: str, suffix: str) -> None:
     """One rename makes the complete table visible; REPLACE moves the old one aside first."""
     if not target.exists:
         _rename(spark, target, staging, target.name, f"Publishing {target.identifier}")
@@ -132,7 +134,7 @@ def _swap_in(spark: SparkSession, target: TableAsTarget, staging: str, suffix: s
     spark.sql(f"DROP TABLE {target.quoted(backup)} PURGE")
 
 
-def _rename(spark: SparkSession, target: TableAsTarget, old: str, new: str, what: str) -> None:
+def _rename(spark: Any, target: TableAsTarget, old: str, new: str, what: str) -> None:
     """RENAME, with the partitions of a managed table pointed where its folder goes.
 
     Spark's in-memory catalog moves a managed table's folder on RENAME but leaves its partitions'
@@ -140,30 +142,29 @@ def _rename(spark: SparkSession, target: TableAsTarget, old: str, new: str, what
     The partitions are repointed first (nobody reads them under `old`); a catalog that moves them
     itself (Hive) then finds nothing to move.
     """
-    state = spark._jsparkSession.sessionState()
-    parser, catalog = state.sqlParser(), state.catalog()
-    old_ident = parser.parseTableIdentifier(target.renamed(old))
-    meta = catalog.getTableMetadata(old_ident)
-    if meta.tableType().name() == "MANAGED" and meta.partitionColumnNames().nonEmpty():
-        files = Files(spark)   # the catalog writes file:/x and file:///x alike: compare qualified
-        old_dir = files.qualify(meta.location().toString()).rstrip("/")
-        new_dir = files.qualify(
-            catalog.defaultTablePath(parser.parseTableIdentifier(target.renamed(new))).toString())
-        located = {spec: files.qualify(location)
-                   for spec, location in partition_locations(spark, target.database, old).items()}
-        moved = {spec: new_dir.rstrip("/") + location[len(old_dir):] for spec, location in located.items()
+    facts = table_facts(spark, target.quoted(old))
+    if facts.kind == "MANAGED" and facts.partition_columns and facts.location:
+        files = files_for(spark)   # the catalog writes file:/x and file:///x alike: compare qualified
+        old_dir = files.qualify(facts.location).rstrip("/")
+        new_dir = _default_location(spark, files, target, new)
+        located = {spec: files.qualify(location) for spec, location in partition_locations(
+            spark, target.quoted(old), facts.partition_columns).items()}
+        moved = {spec: new_dir + location[len(old_dir):] for spec, location in located.items()
                  if location.startswith(old_dir + "/")}
-        switch_partition_locations(spark, target.database, old, moved)
+        switch_partition_locations(spark, target.quoted(old), moved)
     spark_call(lambda: spark.sql(f"ALTER TABLE {target.quoted(old)} RENAME TO {target.renamed(new)}"), what)
 
 
-def _remove_staging(spark: SparkSession, files: Files, target: TableAsTarget, staging: str,
+def _default_location(spark: Any, files: Files, target: TableAsTarget, name: str) -> str:
+    """Where the session catalog keeps a managed table of that name: its database's folder."""
+    return files.qualify(database_location(spark, target.catalog, target.database)).rstrip("/") + \
+        "/" + name.lower()
+
+
+def _remove_staging(spark: Any, files: Files, target: TableAsTarget, staging: str,
                     owned_path: str | None) -> None:
     """Drop on failure: the staging table, its managed folder, and a 'path' folder the write made."""
-    state = spark._jsparkSession.sessionState()
-    ident = state.sqlParser().parseTableIdentifier(
-        f"{quote_identifier(target.database)}.{quote_identifier(staging)}")
-    default_location = state.catalog().defaultTablePath(ident).toString()
+    default_location = _default_location(spark, files, target, staging)
     spark.sql(f"DROP TABLE IF EXISTS {target.quoted(staging)} PURGE")
     for folder in (default_location, owned_path):
         if folder is not None and files.exists(folder):

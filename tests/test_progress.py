@@ -8,15 +8,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
 from mt_magic.notebook.progress import progress_observer
-from mt_magic.refresh.full import JOB_OBSERVER, spark_job_group
+from mt_magic.spark.jobs import JOB_OBSERVER, job_scope
 
 
 def run_watched(spark, job, after_s: float) -> list:
     shown: list = []
-    token = JOB_OBSERVER.set(progress_observer(spark.sparkContext, shown.append, after_s=after_s,
-                                               interval_s=0.05))
+    token = JOB_OBSERVER.set(progress_observer(shown.append, after_s=after_s, interval_s=0.05))
     try:
-        with spark_job_group(spark, "mt_magic:progress-test", "refresh progress-test"):
+        with job_scope(spark, "mt_magic:progress-test", "refresh progress-test"):
             job()
     finally:
         JOB_OBSERVER.reset(token)

@@ -28,10 +28,6 @@ class Column:
     type_json: Any = None           # Spark's JSON form of the type, to rebuild it exactly
     computed: str | None = None     # expression of a computed column (stored, see README)
 
-    def data_type(self):
-        from pyspark.sql.types import _parse_datatype_json_value
-        return _parse_datatype_json_value(self.type_json)
-
 
 @dataclass(frozen=True)
 class PartitionLocation:

@@ -16,14 +16,14 @@ from mt_magic.notebook.dashboard import Dashboards, run_for_dashboard
 from mt_magic.notebook.display import ResultView
 from mt_magic.notebook.progress import progress_observer
 from mt_magic.notebook.variables import substitute
-from mt_magic.refresh.full import JOB_OBSERVER
+from mt_magic.spark.jobs import JOB_OBSERVER
+from mt_magic.spark.session import (active_session, is_session, restore_client_logs, session_info,
+                                    silence_client_logs)
 from mt_magic.sql.parser import parse
 from mt_magic.sql.statements import CreateMaterializedTable
 
 _STATE_KEY = "_mt_magic_magics"
-_QUIET_LOGGERS = ("mt_magic", "apscheduler", "py4j")
-# PySpark logs every failed query again as JSON on stderr; the magic reports it once, in one line.
-_SPARK_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+_QUIET_LOGGERS = ("mt_magic", "apscheduler")
 
 
 class VerboseError(Exception):
@@ -75,27 +75,24 @@ class MtMagics(Magics):
                                          self.dashboard_interval)
             origin = f"notebook variable '{spark_name or 'spark'}'" if self._named(spark_name) else \
                 "the active SparkSession"
-            context = spark.sparkContext
-            print(f"mt_magic: using {origin} ({context.master}, {context.applicationId}); "
+            print(f"mt_magic: using {origin} ({session_info(spark).text}); "
                   f"catalog store {self.gateway.store.path}")
             for warning in self.gateway.restore_warnings:
                 print(f"mt_magic: {warning}")
         return self.gateway
 
     def _named(self, spark_name: str | None):
-        from pyspark.sql import SparkSession
         candidate = self.shell.user_ns.get(spark_name or "spark")
-        return candidate if isinstance(candidate, SparkSession) else None
+        return candidate if is_session(candidate) else None
 
     def _spark(self, spark_name: str | None):
-        from pyspark.sql import SparkSession
         session = self._named(spark_name)
         if session is not None:
             return session
         if spark_name:
             raise ValidationError(f"--spark {spark_name}: there is no SparkSession in a notebook variable "
                                   f"named '{spark_name}'.")
-        session = SparkSession.getActiveSession()
+        session = active_session()
         if session is None:
             raise ValidationError("No SparkSession found: create one first, e.g. "
                                   "spark = SparkSession.builder.getOrCreate()")
@@ -181,7 +178,7 @@ class MtMagics(Magics):
         """Progress bars only where a front end can draw widgets: a kernel, not a terminal."""
         if getattr(self.shell, "kernel", None) is None:
             return None
-        return progress_observer(self.gateway.spark.sparkContext, display, after_s=self.progress_after)
+        return progress_observer(display, after_s=self.progress_after)
 
     def close(self) -> None:
         if self.dashboards is not None:
@@ -220,11 +217,9 @@ def load(shell) -> None:
     """One MtMagics (so one Gateway) per shell; loading again is harmless."""
     if _STATE_KEY in shell.__dict__:
         return
-    from pyspark.logger import PySparkLogger
     for name in _QUIET_LOGGERS:     # no library log line may land in whatever cell runs
         logging.getLogger(name).addHandler(logging.NullHandler())
-    for name in _SPARK_ERROR_LOGGERS:
-        PySparkLogger.getLogger(name).disabled = True
+    silence_client_logs()
     magics = MtMagics(shell=shell)
     shell.register_magics(magics)
     shell.__dict__[_STATE_KEY] = magics
@@ -236,8 +231,7 @@ def unload(shell) -> None:
     if magics is None:
         return
     magics.close()
-    for name in _SPARK_ERROR_LOGGERS:
-        logging.getLogger(name).disabled = False
+    restore_client_logs()
     for kind in ("cell", "line"):
         shell.magics_manager.magics[kind].pop("mtsql", None)
     shell.magics_manager.lazy_magics.pop("mtsql", None)

@@ -12,8 +12,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from typing import Any
+
 import ipywidgets as widgets
-from pyspark import SparkContext
+
+from mt_magic.spark.jobs import task_counter
 
 
 class RefreshProgress(widgets.HBox):
@@ -48,42 +51,29 @@ class RefreshProgress(widgets.HBox):
         return f"refresh progress: {self.description}"
 
 
-def tasks(context: SparkContext, group: str) -> tuple[int, int]:
-    """Completed and total tasks over every stage of the group's jobs so far."""
-    tracker = context.statusTracker()
-    done = total = 0
-    for job_id in tracker.getJobIdsForGroup(group):
-        job = tracker.getJobInfo(job_id)
-        for stage_id in (job.stageIds if job else ()):
-            stage = tracker.getStageInfo(stage_id)
-            if stage:
-                done += stage.numCompletedTasks
-                total += stage.numTasks
-    return done, total
-
-
-def progress_observer(context: SparkContext, show: Callable[[widgets.Widget], None], after_s: float = 1.0,
-                      interval_s: float = 0.25) -> Callable[[str, str], object]:
+def progress_observer(show: Callable[[widgets.Widget], None], after_s: float = 1.0,
+                      interval_s: float = 0.25) -> Callable[[Any, str, str], object]:
     """What the magic sets as the job observer while its statements run."""
 
     @contextmanager
-    def watch(group: str, description: str) -> Iterator[RefreshProgress]:
+    def watch(spark: Any, group: str, description: str) -> Iterator[RefreshProgress]:
         progress = RefreshProgress(description)
         show(progress)
         started, stop = time.monotonic(), threading.Event()
+        with task_counter(spark, group) as tasks:
 
-        def poll() -> None:
-            while not stop.wait(interval_s):
-                done, total = tasks(context, group)
-                progress.show_tasks(done, total, reveal=time.monotonic() - started >= after_s)
+            def poll() -> None:
+                while not stop.wait(interval_s):
+                    done, total = tasks()
+                    progress.show_tasks(done, total, reveal=time.monotonic() - started >= after_s)
 
-        poller = threading.Thread(target=poll, name="mt_magic-progress", daemon=True)
-        poller.start()
-        try:
-            yield progress
-        finally:
-            stop.set()
-            poller.join()
-            progress.finish(time.monotonic() - started)
+            poller = threading.Thread(target=poll, name="mt_magic-progress", daemon=True)
+            poller.start()
+            try:
+                yield progress
+            finally:
+                stop.set()
+                poller.join()
+                progress.finish(time.monotonic() - started)
 
     return watch

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from mt_magic.catalog.model import MaterializedTable
@@ -30,7 +29,9 @@ from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import ValidationError
 from mt_magic.refresh.full import shape
 from mt_magic.refresh.storage import TableStorage, data_source_options
-from mt_magic.sql.analysis import spark_message
+from mt_magic.spark.errors import SPARK_ERRORS, error_sentence, spark_message
+from mt_magic.spark.session import session_info
+from mt_magic.spark.streaming import unsupported_reason
 
 log = logging.getLogger(__name__)
 
@@ -44,19 +45,14 @@ def job_name(table: MaterializedTable) -> str:
     return f"Materialized_table_{table.identifier}_continuous_refresh_job"
 
 
-def output_mode(spark: SparkSession, frame: DataFrame, table: MaterializedTable) -> str:
+def output_mode(spark: Any, frame: DataFrame, table: MaterializedTable) -> str:
     """Append where Spark allows it, complete for aggregations; else the query cannot stream."""
     identifier = table.identifier
-    jvm = spark._jvm
-    checker = jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker
-    plan = frame._jdf.queryExecution().analyzed()
-    modes = jvm.org.apache.spark.sql.streaming.OutputMode
     reasons = []
-    for mode, jmode in ((APPEND, modes.Append()), (COMPLETE, modes.Complete())):
-        try:
-            checker.checkForStreaming(plan, jmode)
-        except Exception as error:   # noqa: BLE001 - Py4J wraps Spark's AnalysisException
-            reasons.append(_plain(error))
+    for mode in (APPEND, COMPLETE):
+        reason = unsupported_reason(spark, frame, mode)
+        if reason is not None:
+            reasons.append(reason)
             continue
         if mode == APPEND and table.partition_keys:
             raise ValidationError(
@@ -66,13 +62,6 @@ def output_mode(spark: SparkSession, frame: DataFrame, table: MaterializedTable)
         return mode
     raise ValidationError(f"Materialized table {identifier} cannot be refreshed in CONTINUOUS mode: "
                           f"{reasons[-1]} {_UNSTREAMABLE_HINT}")
-
-
-def _plain(error: BaseException) -> str:
-    """Spark's own sentence: from its error class to the end of that line."""
-    text = spark_message(error)
-    match = re.search(r"\[[A-Z_.]+\][^\n]*", text)
-    return (match.group(0) if match else text.splitlines()[0] if text else "unknown error").strip()
 
 
 @dataclass
@@ -99,7 +88,7 @@ class Job:
 class ContinuousJobs:
     """Starts, stops and watches the streaming queries; reports failures to `on_failure`."""
 
-    def __init__(self, spark: SparkSession, storage: TableStorage, store: CatalogStore,
+    def __init__(self, spark: Any, storage: TableStorage, store: CatalogStore,
                  table_lock: Callable[[str], threading.RLock], retention_s: Callable[[], float],
                  on_failure: Callable[[str, str], None]) -> None:
         self.spark = spark
@@ -127,6 +116,7 @@ class ContinuousJobs:
                   .option("checkpointLocation", checkpoint)
                   .trigger(processingTime=f"{max(trigger_s, 0.1)} seconds")
                   .foreachBatch(sink))
+        info = session_info(self.spark)
         with self._lock:
             try:
                 query = writer.start()
@@ -139,8 +129,7 @@ class ContinuousJobs:
                 "run_id": str(query.runId), "job_name": job_name(table), "checkpoint_location": checkpoint,
                 "output_mode": mode, "run_version": run_version, "trigger_s": trigger_s,
                 "dynamic_options": dict(dynamic_options),
-                "spark_master": self.spark.sparkContext.master,
-                "application_id": self.spark.sparkContext.applicationId}
+                "spark_master": info.master, "application_id": info.application_id}
 
     def _run_version(self, table: MaterializedTable, fresh: bool) -> str:
         handler = table.refresh_handler
@@ -157,7 +146,7 @@ class ContinuousJobs:
         job.stopping = True
         try:
             job.query.stop()
-        except PySparkException as error:
+        except SPARK_ERRORS as error:
             log.warning("Stopping the streaming job of %s: %s", identifier, spark_message(error))
 
     def stop_all(self) -> None:
@@ -165,7 +154,7 @@ class ContinuousJobs:
             self.stop(identifier)
         try:
             self.spark.streams.removeListener(self._listener)
-        except PySparkException:
+        except SPARK_ERRORS:
             pass
 
     def is_running(self, identifier: str) -> bool:
@@ -201,7 +190,7 @@ class ContinuousJobs:
             return
         with self._lock:
             self._jobs.pop(job.table_id, None)
-        self._on_failure(job.table_id, _plain(RuntimeError(exception or "The streaming job stopped.")))
+        self._on_failure(job.table_id, error_sentence(exception or "The streaming job stopped."))
 
 
 class _Sink:

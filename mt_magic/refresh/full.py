@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from contextvars import ContextVar
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from mt_magic.catalog.model import Column, MaterializedTable, Storage
 from mt_magic.refresh.storage import TableStorage, data_source_options
-from mt_magic.sql.analysis import spark_call, type_sql
+from mt_magic.spark.errors import spark_call
+from mt_magic.spark.jobs import job_scope
+from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
 
 
@@ -29,28 +30,7 @@ def job_group(table: MaterializedTable) -> str:
     return f"mt_magic:{table.identifier}"
 
 
-# Who watches the Spark jobs a statement starts in this thread (the notebook's progress bar).
-# Threads start with an empty context, so scheduled refreshes are never watched.
-JOB_OBSERVER: ContextVar[Callable[[str, str], AbstractContextManager] | None] = ContextVar(
-    "mt_magic_job_observer", default=None)
-
-
-@contextmanager
-def spark_job_group(spark: SparkSession, group: str, description: str) -> Iterator[None]:
-    """Set in the job's own thread and cleared after: pool threads would carry it on otherwise."""
-    context = spark.sparkContext
-    context.setJobGroup(group, description, interruptOnCancel=True)
-    observer = JOB_OBSERVER.get()
-    try:
-        with observer(group, description) if observer else nullcontext():
-            yield
-    finally:
-        context.setLocalProperty("spark.jobGroup.id", None)
-        context.setLocalProperty("spark.job.description", None)
-        context.setLocalProperty("spark.job.interruptOnCancel", None)
-
-
-def table_dataframe(spark: SparkSession, table: MaterializedTable) -> DataFrame:
+def table_dataframe(spark: Any, table: MaterializedTable) -> DataFrame:
     return shape(spark.sql(table.definition_query), table.columns, table.identifier)
 
 
@@ -67,18 +47,18 @@ def shape(source: DataFrame, columns: Sequence[Column], identifier: str) -> Data
                 message = sql_string(f"Column '{column.name}' of {identifier} is NOT NULL, "
                                      "but the query produced a NULL.")
                 expression = f"coalesce({expression}, raise_error({message}))"
-        expressions.append(f"CAST({expression} AS {type_sql(column.data_type())}) AS "
+        expressions.append(f"CAST({expression} AS {type_sql(type_from_json(column.type_json))}) AS "
                            f"{quote_identifier(column.name)}")
     return source.selectExpr(*expressions)
 
 
-def run_refresh(spark: SparkSession, storage: TableStorage, table: MaterializedTable,
+def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable,
                 spec: dict[str, str], dynamic_options: dict[str, str] | None = None) -> RefreshResult:
     """Write a new version from the current source data and publish it; the old stays on failure."""
     started = time.monotonic()
     group = job_group(table)
     target = "partition " + ", ".join(f"{k}={v}" for k, v in spec.items()) if spec else "table"
-    with spark_job_group(spark, group, f"refresh {table.identifier} ({target})"):
+    with job_scope(spark, group, f"refresh {table.identifier} ({target})"):
         frame = table_dataframe(spark, table)
         for key, value in spec.items():
             frame = frame.where(F.col(quote_identifier(key)) == F.lit(value))

@@ -14,14 +14,14 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from urllib.parse import unquote
 
-from py4j.protocol import Py4JError
-from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
+from typing import Any
 
 from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage
 from mt_magic.errors import ValidationError
-from mt_magic.refresh.files import Files
-from mt_magic.sql.analysis import spark_call, type_sql
+from mt_magic.spark.catalog import check_data_source, partition_clause, switch_partition_locations
+from mt_magic.spark.errors import spark_call
+from mt_magic.spark.files import files_for
+from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
 
 VERSION_PREFIX = "v-"
@@ -32,18 +32,13 @@ TABLE_PROPERTY = "mt_magic.materialized-table"
 RESERVED_OPTIONS = ("connector", "format", "path")
 
 
-def partition_clause(spec: dict[str, str]) -> str:
-    return "PARTITION (" + ", ".join(f"{quote_identifier(k)} = {sql_string(v)}"
-                                     for k, v in spec.items()) + ")"
-
-
 def data_source_options(options: dict[str, str]) -> dict[str, str]:
     """Table options the data source itself reads (compression, header, ...)."""
     return {k: v for k, v in options.items()
             if k not in RESERVED_OPTIONS and not k.startswith(("partition.fields.", "materialized-table."))}
 
 
-def data_source_format(spark: SparkSession, options: Mapping[str, str], default: str) -> str:
+def data_source_format(spark: Any, options: Mapping[str, str], default: str) -> str:
     """The Spark data source WITH options name, as Flink's filesystem connector reads them."""
     connector = options.get("connector")
     if connector is not None and connector != "filesystem":
@@ -52,19 +47,14 @@ def data_source_format(spark: SparkSession, options: Mapping[str, str], default:
             "source; leave 'connector' out or set it to 'filesystem', and pick the data source with "
             "'format'.")
     fmt = options.get("format", default)
-    try:
-        spark._jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
-            fmt, spark._jsparkSession.sessionState().conf())
-    except (Py4JError, PySparkException):
-        raise ValidationError(f"Option 'format' = '{fmt}': Spark has no data source of that name here "
-                              "(built in: parquet, orc, json, csv, text).") from None
+    check_data_source(spark, fmt)
     return fmt
 
 
 class TableStorage:
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: Any) -> None:
         self.spark = spark
-        self.files = Files(spark)
+        self.files = files_for(spark)
 
     # ------------------------------------------------------------- catalog
     def exists(self, table: MaterializedTable) -> bool:
@@ -89,7 +79,7 @@ class TableStorage:
 
     def _create_table(self, table: MaterializedTable, storage: Storage) -> None:
         columns = ", ".join(
-            f"{quote_identifier(c.name)} {type_sql(c.data_type())}"
+            f"{quote_identifier(c.name)} {type_sql(type_from_json(c.type_json))}"
             + (f" COMMENT {sql_string(c.comment)}" if c.comment else "") for c in table.columns)
         options = data_source_options(table.options)
         if not table.partition_keys:   # continuous appends commit a micro-batch as a sub-folder
@@ -109,7 +99,8 @@ class TableStorage:
     def add_columns(self, table: MaterializedTable, count: int) -> None:
         """ALTER AS appends nullable columns: the Spark table gets them too."""
         added = table.columns[-count:]
-        columns = ", ".join(f"{quote_identifier(c.name)} {type_sql(c.data_type())}" for c in added)
+        columns = ", ".join(f"{quote_identifier(c.name)} {type_sql(type_from_json(c.type_json))}"
+                            for c in added)
         spark_call(lambda: self.spark.sql(f"ALTER TABLE {table.quoted} ADD COLUMNS ({columns})"),
                    f"Adding columns to {table.identifier}")
 
@@ -149,7 +140,7 @@ class TableStorage:
         # 3. vanished partitions, empty since step 2, are removed.
         self._add_partitions(table, {key: empty for key in written if key not in replaced and key not in kept})
         switch = {**{key: empty for key in replaced if key not in written}, **written}
-        switch_partition_locations(self.spark, table.database, table.name, switch)
+        switch_partition_locations(self.spark, table.quoted, switch)
         self._drop_partitions(table, [key for key in replaced if key not in written])
         partitions = {**kept, **written}
         return Storage(storage.root, storage.format, storage.location,
@@ -205,50 +196,3 @@ class TableStorage:
                 self.files.touch(marker)
             elif age >= retention_s:
                 self.files.delete(entry.path)
-
-
-def _table_ident(spark: SparkSession, database: str, name: str):
-    return spark._jsparkSession.sessionState().sqlParser().parseTableIdentifier(
-        f"{quote_identifier(database)}.{quote_identifier(name)}")
-
-
-def partition_locations(spark: SparkSession, database: str, name: str) -> dict[tuple, str]:
-    """Every partition's spec and location, read from Spark's session catalog."""
-    catalog = spark._jsparkSession.sessionState().catalog()
-    ident = _table_ident(spark, database, name)
-    columns = catalog.getTableMetadata(ident).partitionColumnNames()
-    keys = [columns.apply(i) for i in range(columns.size())]
-    partitions = catalog.listPartitions(ident, spark._jvm.scala.Option.empty())
-    found = {}
-    for i in range(partitions.size()):
-        partition = partitions.apply(i)
-        spec = partition.spec()
-        found[tuple((k, spec.get(k).get()) for k in keys)] = partition.location().toString()
-    return found
-
-
-def switch_partition_locations(spark: SparkSession, database: str, name: str,
-                               locations: dict[tuple, str]) -> None:
-    """One call of Spark's session catalog: the switch readers see as a single step.
-
-    Each partition is built afresh from the table's storage format (as ADD PARTITION builds it)
-    with the new location; its old statistics describe data that is gone. Every JVM call is a
-    round trip, so nothing is read back from the old partitions.
-    """
-    if not locations:
-        return
-    jvm = spark._jvm
-    catalog = spark._jsparkSession.sessionState().catalog()
-    ident = _table_ident(spark, database, name)
-    template = catalog.getTableMetadata(ident).storage()
-    fields = [template.productElement(j) for j in range(template.productArity())]
-    # Class lookups through the JVM view are round trips too: each is made once.
-    catalog_package = jvm.org.apache.spark.sql.catalyst.catalog
-    partition_class, to_uri = catalog_package.CatalogTablePartition, catalog_package.CatalogUtils.stringToURI
-    some, to_map = jvm.scala.Some, jvm.PythonUtils.toScalaMap
-    no_parameters, no_stats = to_map({}), jvm.scala.Option.empty()
-    created = int(time.time() * 1000)
-    changed = [partition_class(to_map(dict(spec)), template.copy(some(to_uri(location)), *fields[1:]),
-                               no_parameters, created, -1, no_stats)
-               for spec, location in locations.items()]
-    catalog.alterPartitions(ident, jvm.PythonUtils.toSeq(changed))

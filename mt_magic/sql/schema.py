@@ -10,7 +10,8 @@ from pyspark.sql import types as T
 
 from mt_magic.catalog.model import Column
 from mt_magic.errors import ValidationError
-from mt_magic.sql.analysis import implicit_cast, parse_type, spark_call, type_text
+from mt_magic.spark.errors import spark_call
+from mt_magic.spark.types import implicit_cast, parse_type, type_text
 from mt_magic.sql.date_format import compile_pattern
 from mt_magic.sql.statements import TableDefinition
 

@@ -1,0 +1,165 @@
+"""Spark's catalog beyond its public API: data sources, table facts, partition locations.
+
+Public SQL (DESCRIBE, SHOW, ALTER TABLE) works over both kinds of session; a classic session also
+reaches the session catalog in its JVM, which switches many partition locations in one call.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from mt_magic.errors import ValidationError
+from mt_magic.spark.errors import SPARK_ERRORS, spark_call, spark_message
+from mt_magic.spark.session import is_connect
+from mt_magic.sql.statements import quote_identifier, sql_string
+
+PartitionKey = tuple[tuple[str, str], ...]
+_NO_DATA_SOURCE = re.compile(r"\[[A-Z_]*DATA_SOURCE_NOT_(FOUND|ENABLED)\]")
+
+
+def check_data_source(spark: Any, fmt: str) -> None:
+    """Spark has a data source of that name (reading it resolves the name, and reads nothing)."""
+    try:
+        spark.read.format(fmt).schema("c INT").load().schema   # noqa: B018 - resolves the source
+    except SPARK_ERRORS as error:
+        if _NO_DATA_SOURCE.search(spark_message(error)):
+            raise ValidationError(f"Option 'format' = '{fmt}': Spark has no data source of that name "
+                                  "here (built in: parquet, orc, json, csv, text).") from None
+
+
+def partition_clause(spec: Mapping[str, str]) -> str:
+    return "PARTITION (" + ", ".join(f"{quote_identifier(k)} = {sql_string(v)}"
+                                     for k, v in spec.items()) + ")"
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    kind: str                       # MANAGED, EXTERNAL, VIEW
+    location: str | None
+    partition_columns: tuple[str, ...]
+
+
+def table_facts(spark: Any, quoted: str) -> TableFacts:
+    """What DESCRIBE TABLE EXTENDED says of a table's type, location and partition columns."""
+    rows = [tuple(r) for r in spark_call(lambda: spark.sql(f"DESCRIBE TABLE EXTENDED {quoted}").collect(),
+                                         f"Describing {quoted}")]
+    details = {r[0]: r[1] for r in rows[rows.index(("# Detailed Table Information", "", "")):]} \
+        if ("# Detailed Table Information", "", "") in rows else {}
+    partition_columns: list[str] = []
+    if ("# Partition Information", "", "") in rows:
+        for row in rows[rows.index(("# Partition Information", "", "")) + 2:]:
+            if not row[0] or row[0].startswith("#"):
+                break
+            partition_columns.append(row[0])
+    return TableFacts(details.get("Type", ""), details.get("Location"), tuple(partition_columns))
+
+
+def database_location(spark: Any, catalog: str, database: str) -> str:
+    rows = spark.sql(f"DESCRIBE DATABASE EXTENDED {quote_identifier(catalog)}."
+                     f"{quote_identifier(database)}").collect()
+    return next(r[1] for r in rows if r[0] == "Location")
+
+
+def partition_locations(spark: Any, quoted: str, keys: tuple[str, ...]) -> dict[PartitionKey, str]:
+    """Every partition's spec and location."""
+    if not is_connect(spark):
+        return _jvm_partition_locations(spark, quoted)
+    found = {}
+    for row in spark.sql(f"SHOW PARTITIONS {quoted}").collect():
+        pairs = [part.split("=", 1) for part in row[0].split("/")]
+        spec = tuple((key, _unescape_path_name(value)) for (_, value), key in zip(pairs, keys))
+        detail = spark.sql(f"DESCRIBE TABLE EXTENDED {quoted} {partition_clause(dict(spec))}").collect()
+        found[spec] = next(r[1] for r in detail if r[0] == "Location")
+    return found
+
+
+def switch_partition_locations(spark: Any, quoted: str, locations: Mapping[PartitionKey, str]) -> None:
+    """Point existing partitions at new locations.
+
+    A classic session makes one call of Spark's session catalog: readers see the switch as a single
+    step. Over Spark Connect each partition is one ALTER TABLE … SET LOCATION statement, atomic per
+    partition.
+    """
+    if not locations:
+        return
+    if not is_connect(spark):
+        _jvm_switch_partition_locations(spark, quoted, locations)
+        return
+    for spec, location in locations.items():
+        spark_call(lambda: spark.sql(f"ALTER TABLE {quoted} {partition_clause(dict(spec))} SET LOCATION "
+                                     f"{sql_string(location)}"), f"Publishing partitions of {quoted}")
+
+
+def _unescape_path_name(value: str) -> str:
+    """SHOW PARTITIONS escapes values as Hive path names (%XX)."""
+    return unquote(value)
+
+
+def is_catalog(spark: Any, name: str) -> bool:
+    return any(c.name.lower() == name.lower() for c in spark.catalog.listCatalogs())
+
+
+def is_temporary_view(spark: Any, parts: list[str]) -> bool:
+    if len(parts) == 2 and parts[0].lower() == spark.conf.get("spark.sql.globalTempDatabase", "global_temp"):
+        return True
+    if len(parts) != 1:
+        return False
+    try:
+        return bool(spark.catalog.getTable(quote_identifier(parts[0])).isTemporary)
+    except SPARK_ERRORS:
+        return False
+
+
+def temporary_functions(spark: Any) -> set[str]:
+    """Names of the session's temporary functions (persistent ones come back qualified)."""
+    rows = spark.sql("SHOW USER FUNCTIONS").collect()
+    return {r[0].lower() for r in rows if "." not in r[0]}
+
+
+# ----------------------------------------------------------- classic JVM
+def _table_ident(spark: Any, quoted: str):
+    """A TableIdentifier for the session catalog from `catalog`.`db`.`name`."""
+    parser = spark._jsparkSession.sessionState().sqlParser()
+    parts = parser.parseMultipartIdentifier(quoted)
+    names = [parts.apply(i) for i in range(parts.size())]
+    return parser.parseTableIdentifier(".".join(quote_identifier(p) for p in names[-2:]))
+
+
+def _jvm_partition_locations(spark: Any, quoted: str) -> dict[PartitionKey, str]:
+    catalog = spark._jsparkSession.sessionState().catalog()
+    ident = _table_ident(spark, quoted)
+    columns = catalog.getTableMetadata(ident).partitionColumnNames()
+    keys = [columns.apply(i) for i in range(columns.size())]
+    partitions = catalog.listPartitions(ident, spark._jvm.scala.Option.empty())
+    found = {}
+    for i in range(partitions.size()):
+        partition = partitions.apply(i)
+        spec = partition.spec()
+        found[tuple((k, spec.get(k).get()) for k in keys)] = partition.location().toString()
+    return found
+
+
+def _jvm_switch_partition_locations(spark: Any, quoted: str, locations: Mapping[PartitionKey, str]) -> None:
+    """Each partition is built afresh from the table's storage format (as ADD PARTITION builds it)
+    with the new location; its old statistics describe data that is gone. Every JVM call is a
+    round trip, so nothing is read back from the old partitions."""
+    jvm = spark._jvm
+    catalog = spark._jsparkSession.sessionState().catalog()
+    ident = _table_ident(spark, quoted)
+    template = catalog.getTableMetadata(ident).storage()
+    fields = [template.productElement(j) for j in range(template.productArity())]
+    # Class lookups through the JVM view are round trips too: each is made once.
+    catalog_package = jvm.org.apache.spark.sql.catalyst.catalog
+    partition_class, to_uri = catalog_package.CatalogTablePartition, catalog_package.CatalogUtils.stringToURI
+    some, to_map = jvm.scala.Some, jvm.PythonUtils.toScalaMap
+    no_parameters, no_stats = to_map({}), jvm.scala.Option.empty()
+    created = int(time.time() * 1000)
+    changed = [partition_class(to_map(dict(spec)), template.copy(some(to_uri(location)), *fields[1:]),
+                               no_parameters, created, -1, no_stats)
+               for spec, location in locations.items()]
+    catalog.alterPartitions(ident, jvm.PythonUtils.toSeq(changed))

@@ -1,0 +1,67 @@
+"""One translation of Spark's errors (PySpark, py4j, gRPC) into MaterializedTableError."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+
+from mt_magic.errors import SparkError
+
+R = TypeVar("R")
+
+
+def _grpc_error() -> tuple[type[BaseException], ...]:
+    try:
+        import grpc
+    except ImportError:     # classic-only installs have no gRPC
+        return ()
+    return (grpc.RpcError,)
+
+
+# Everything Spark or its bridges raise for a statement a user wrote.
+SPARK_ERRORS: tuple[type[BaseException], ...] = (PySparkException, Py4JError) + _grpc_error()
+
+_BRIDGE_TEXT = re.compile(r"An error occurred while calling [\w.$]+\.\s*(:\s*)?")
+_JAVA_CLASS = re.compile(r"^(?:[a-z]+\.)+[A-Za-z]+(?:Exception|Error): ")
+
+
+def spark_message(error: BaseException) -> str:
+    """Spark's own first lines: no JVM trace, no logical plan, no py4j or gRPC wrapping."""
+    if isinstance(error, PySparkException):
+        text = error.getMessage() if hasattr(error, "getMessage") else str(error)
+    else:
+        text = str(error)
+    text = text.split("\n\tat ", 1)[0].split("\nJVM stacktrace:", 1)[0]
+    text = re.split(r";\n'|\n== SQL|\n\s*debug_error_string", text, maxsplit=1)[0]
+    text = _BRIDGE_TEXT.sub("", text.strip())
+    lines = [_JAVA_CLASS.sub("", line) for line in text.splitlines() if line.strip()]
+    text = "\n".join(lines).strip()
+    if isinstance(error, Py4JError) and not text:
+        return "Spark's JVM did not answer."
+    return text or type(error).__name__
+
+
+def error_class(error: BaseException) -> str | None:
+    """Spark's error condition ('TABLE_OR_VIEW_NOT_FOUND', ...), when it has one."""
+    if isinstance(error, PySparkException):
+        return error.getCondition()
+    return None
+
+
+def spark_call(action: Callable[[], R], what: str) -> R:
+    """Run a Spark call; its error becomes a SparkError that starts with `what`."""
+    try:
+        return action()
+    except SPARK_ERRORS as error:
+        raise SparkError(f"{what}: {spark_message(error)}") from None
+
+
+def error_sentence(error: BaseException | str) -> str:
+    """Spark's own sentence: from its error class to the end of that line."""
+    text = spark_message(error) if isinstance(error, BaseException) else error
+    match = re.search(r"\[[A-Z_.]+\][^\n]*", text)
+    return (match.group(0) if match else text.splitlines()[0] if text else "unknown error").strip()

@@ -1,0 +1,168 @@
+"""Folder operations where the table data lives.
+
+A classic session goes through Hadoop's FileSystem in its JVM, so data may live on any store Spark
+reads (HDFS, object stores, local disks). A Spark Connect client has no JVM: it works on `file:`
+paths that it shares with the server (a local server, or a shared mount), and says so clearly for
+any other scheme.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from mt_magic.errors import ValidationError
+from mt_magic.spark.session import is_connect
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str
+    name: str
+    is_dir: bool
+
+
+class Files:
+    """The operations the storage layer needs; `files_for(spark)` picks the implementation."""
+
+    def qualify(self, path: str) -> str:
+        """The fully qualified URI (file:/..., hdfs://...) that Spark's catalog stores."""
+        raise NotImplementedError
+
+    def exists(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def mkdirs(self, path: str) -> None:
+        raise NotImplementedError
+
+    def delete(self, path: str) -> None:
+        raise NotImplementedError
+
+    def rename(self, source: str, target: str) -> None:
+        """One atomic step on HDFS and local disks."""
+        raise NotImplementedError
+
+    def touch(self, path: str) -> None:
+        raise NotImplementedError
+
+    def list(self, path: str) -> list[Entry]:
+        raise NotImplementedError
+
+    def age(self, path: str) -> float | None:
+        """Seconds since the file was last modified, or None when there is no such file."""
+        raise NotImplementedError
+
+    def is_empty_dir(self, path: str) -> bool:
+        return not [e for e in self.list(path) if not e.name.startswith((".", "_"))]
+
+
+def files_for(spark: Any) -> Files:
+    return LocalFiles() if is_connect(spark) else HadoopFiles(spark)
+
+
+class HadoopFiles(Files):
+    def __init__(self, spark: Any) -> None:
+        self._path_class = spark._jvm.org.apache.hadoop.fs.Path   # a lookup costs JVM round trips
+        self._conf = spark._jsc.hadoopConfiguration()
+
+    def _fs(self, path: str):
+        jpath = self._path_class(path)
+        return jpath.getFileSystem(self._conf), jpath
+
+    def qualify(self, path: str) -> str:
+        fs, jpath = self._fs(path)
+        return fs.makeQualified(jpath).toString()
+
+    def exists(self, path: str) -> bool:
+        fs, jpath = self._fs(path)
+        return bool(fs.exists(jpath))
+
+    def mkdirs(self, path: str) -> None:
+        fs, jpath = self._fs(path)
+        fs.mkdirs(jpath)
+
+    def delete(self, path: str) -> None:
+        fs, jpath = self._fs(path)
+        fs.delete(jpath, True)
+
+    def rename(self, source: str, target: str) -> None:
+        fs, jsource = self._fs(source)
+        if not fs.rename(jsource, self._path_class(target)):
+            raise OSError(f"Could not rename {source} to {target}.")
+
+    def touch(self, path: str) -> None:
+        fs, jpath = self._fs(path)
+        fs.create(jpath, True).close()
+
+    def list(self, path: str) -> list[Entry]:
+        fs, jpath = self._fs(path)
+        if not fs.exists(jpath):
+            return []
+        entries = []
+        for status in fs.listStatus(jpath):   # each JVM call costs a round trip: as few as possible
+            found = status.getPath().toString()
+            entries.append(Entry(found, found.rstrip("/").rsplit("/", 1)[-1], bool(status.isDirectory())))
+        return entries
+
+    def age(self, path: str) -> float | None:
+        fs, jpath = self._fs(path)
+        if not fs.exists(jpath):
+            return None
+        return time.time() - fs.getFileStatus(jpath).getModificationTime() / 1000.0
+
+
+class LocalFiles(Files):
+    """`file:` URIs and plain paths, on the file system this process shares with the server."""
+
+    @staticmethod
+    def _local(path: str) -> str:
+        parsed = urlparse(path)
+        if parsed.scheme in ("", "file"):
+            return os.path.abspath(unquote(parsed.path) if parsed.scheme else path)
+        raise ValidationError(
+            f"Path '{path}': over Spark Connect, mt_magic manages table data on paths it shares with "
+            "the server (file:); set 'materialized-table.data-dir' to such a folder, or use a classic "
+            "session for other file systems.")
+
+    def qualify(self, path: str) -> str:
+        return "file:" + self._local(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self._local(path))
+
+    def mkdirs(self, path: str) -> None:
+        os.makedirs(self._local(path), exist_ok=True)
+
+    def delete(self, path: str) -> None:
+        local = self._local(path)
+        if os.path.isdir(local) and not os.path.islink(local):
+            shutil.rmtree(local, ignore_errors=True)
+        elif os.path.lexists(local):
+            os.unlink(local)
+
+    def rename(self, source: str, target: str) -> None:
+        local_target = self._local(target)
+        if os.path.exists(local_target):
+            raise OSError(f"Could not rename {source} to {target}: the target exists.")
+        os.rename(self._local(source), local_target)
+
+    def touch(self, path: str) -> None:
+        with open(self._local(path), "w", encoding="utf-8"):
+            pass
+
+    def list(self, path: str) -> list[Entry]:
+        local = self._local(path)
+        if not os.path.isdir(local):
+            return []
+        with os.scandir(local) as entries:
+            return [Entry("file:" + entry.path, entry.name, entry.is_dir()) for entry in entries]
+
+    def age(self, path: str) -> float | None:
+        try:
+            return time.time() - os.stat(self._local(path)).st_mtime
+        except FileNotFoundError:
+            return None

@@ -1,0 +1,91 @@
+"""The Spark jobs of one refresh: named, cancellable and watched, in both kinds of session.
+
+A classic session groups jobs with a job group (set and cleared in the job's own thread: pool
+threads would carry it on otherwise); a Spark Connect session tags its operations (tags are per
+thread too) and reports progress to registered handlers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
+from typing import Any
+
+from mt_magic.spark.session import is_connect
+
+# Who watches the Spark jobs a statement starts in this thread (the notebook's progress bar).
+# Threads start with an empty context, so scheduled refreshes are never watched.
+JOB_OBSERVER: ContextVar[Callable[[Any, str, str], AbstractContextManager] | None] = ContextVar(
+    "mt_magic_job_observer", default=None)
+
+
+def _tag(group: str) -> str:
+    return group.replace(",", ";")      # a Connect tag holds no comma
+
+
+@contextmanager
+def job_scope(spark: Any, group: str, description: str) -> Iterator[None]:
+    """Every Spark job started inside belongs to `group` (cancel_jobs stops them)."""
+    observer = JOB_OBSERVER.get()
+    if is_connect(spark):
+        spark.addTag(_tag(group))
+    else:
+        spark.sparkContext.setJobGroup(group, description, interruptOnCancel=True)
+    try:
+        with observer(spark, group, description) if observer else nullcontext():
+            yield
+    finally:
+        if is_connect(spark):
+            spark.removeTag(_tag(group))
+        else:
+            context = spark.sparkContext
+            context.setLocalProperty("spark.jobGroup.id", None)
+            context.setLocalProperty("spark.job.description", None)
+            context.setLocalProperty("spark.job.interruptOnCancel", None)
+
+
+def cancel_jobs(spark: Any, group: str) -> None:
+    if is_connect(spark):
+        spark.interruptTag(_tag(group))
+    else:
+        spark.sparkContext.cancelJobGroup(group)
+
+
+@contextmanager
+def task_counter(spark: Any, group: str) -> Iterator[Callable[[], tuple[int, int]]]:
+    """A function giving (completed, total) tasks of the group's jobs so far."""
+    if not is_connect(spark):
+        tracker = spark.sparkContext.statusTracker()
+        yield lambda: _tracked_tasks(tracker, group)
+        return
+    lock, stages_seen = threading.Lock(), {}
+
+    def handler(stages, inflight_tasks, operation_id, done) -> None:   # noqa: ARG001 - Spark's signature
+        with lock:
+            for stage in stages or ():
+                stages_seen[(operation_id, stage.stage_id)] = (stage.num_completed_tasks, stage.num_tasks)
+
+    def count() -> tuple[int, int]:
+        with lock:
+            return (sum(done for done, _ in stages_seen.values()),
+                    sum(total for _, total in stages_seen.values()))
+
+    spark.registerProgressHandler(handler)
+    try:
+        yield count
+    finally:
+        spark.removeProgressHandler(handler)
+
+
+def _tracked_tasks(tracker: Any, group: str) -> tuple[int, int]:
+    done = total = 0
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in (job.stageIds if job else ()):
+            stage = tracker.getStageInfo(stage_id)
+            if stage:
+                done += stage.numCompletedTasks
+                total += stage.numTasks
+    return done, total
