@@ -75,10 +75,15 @@ class Options:
             raise ValidationError(f"Option '{key}' is not set.")
         return parse_duration(value, key)
 
-    def set(self, key: str, value: str) -> None:
+    @staticmethod
+    def check(key: str, value: str) -> None:
+        """A value SET may give the key: durations must parse."""
         if key in (FRESHNESS_THRESHOLD, DEFAULT_FRESHNESS_CONTINUOUS, DEFAULT_FRESHNESS_FULL,
                    VERSION_RETENTION):
             parse_duration(value, key)
+
+    def set(self, key: str, value: str) -> None:
+        self.check(key, value)
         self._session[key] = value
 
     def reset(self, key: str | None = None) -> None:

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from mt_magic.errors import ValidationError
-from mt_magic.refresh.storage import TABLE_PROPERTY, data_source_format, data_source_options
+from mt_magic.refresh.storage import TABLE_PROPERTY, data_source_format, data_source_options, folder_writer
 from mt_magic.results import Result
 from mt_magic.spark.catalog import (database_location, partition_locations, switch_partition_locations,
                                     table_facts)
@@ -95,11 +95,8 @@ def write_table_as(spark: Any, frame: DataFrame, target: TableAsTarget) -> Resul
     suffix = uuid.uuid4().hex[:8]
     staging = f"_mt_staging_{target.name}_{suffix}"
     observation = Observation(f"ctas_{suffix}")
-    writer = (frame.observe(observation, F.count(F.lit(1)).alias("rows"))
-              .write.format(target.format).mode("errorifexists")
-              .options(**data_source_options(target.options)))
-    if target.partition_keys:
-        writer = writer.partitionBy(*target.partition_keys)
+    writer = folder_writer(frame.observe(observation, F.count(F.lit(1)).alias("rows")), target.format,
+                           data_source_options(target.options), target.partition_keys)
     if path is not None:
         writer = writer.option("path", files.qualify(path))
     try:

@@ -1,4 +1,8 @@
-"""One SparkSession per test process; each test gets its own database and catalog store."""
+"""One SparkSession per test process; each test gets its own database and catalog store.
+
+MT_MAGIC_SPARK_REMOTE=local[2] runs the whole suite against a local Spark Connect server instead of a
+classic session (`make test` runs both).
+"""
 
 from __future__ import annotations
 

@@ -113,7 +113,7 @@ def test_failing_job_is_recorded_and_restarted_up_to_the_limit(spark, gw, orders
                "SELECT user_id, assert_true(amount < 100, 'amount too large') AS ok FROM orders")
     spark.sql("INSERT INTO orders VALUES (9, 1000.0)")
     handler = wait_for(lambda: (lambda h: h if h.get("restarts") == 1 and "failure" in h
-                                and not gw.jobs.is_running(gw.describe("checked")["identifier"])
+                                and not gw.pipelines.jobs.is_running(gw.describe("checked")["identifier"])
                                 else None)(gw.describe("checked")["refresh_handler"]), timeout=90)
     assert "amount too large" in handler["failure"]
     assert gw.describe("checked")["refresh_status"] == "ACTIVATED"
@@ -138,10 +138,10 @@ def test_set_freshness_moves_between_continuous_and_full(spark, gw, orders):
     described = gw.describe("per_user")
     assert described["refresh_mode"] == "FULL" and not spark.streams.active
     assert described["refresh_handler"]["cron_expression"] == "0 0 0/1 * * ? *"
-    assert gw.scheduler.next_fire_time(described["identifier"]) is not None
+    assert gw.pipelines.scheduler.next_fire_time(described["identifier"]) is not None
     gw.execute("ALTER MATERIALIZED TABLE per_user SET FRESHNESS = INTERVAL '1' SECOND")
     described = gw.describe("per_user")
-    assert described["refresh_mode"] == "CONTINUOUS" and not gw.scheduler.has(described["identifier"])
+    assert described["refresh_mode"] == "CONTINUOUS" and not gw.pipelines.scheduler.has(described["identifier"])
     spark.sql("INSERT INTO orders VALUES (7, 70.0)")
     follows(spark, "per_user", AGGREGATE)
 

@@ -183,7 +183,7 @@ def test_failed_initial_refresh_is_rolled_back_and_names_the_step(spark, gw, sal
                    "SELECT ds, IF(amount > 6, raise_error('bad row'), amount) AS a FROM sales")
     assert "while running the initial refresh" in str(info.value) and "bad row" in str(info.value)
     assert_nothing_left(spark, gw)
-    assert not gw.scheduler.has(f"spark_catalog.{spark.catalog.currentDatabase()}.t")
+    assert not gw.pipelines.scheduler.has(f"spark_catalog.{spark.catalog.currentDatabase()}.t")
 
 
 def test_on_schedule_initialization_waits_for_the_first_fire(spark, gw, sales):

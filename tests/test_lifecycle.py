@@ -164,7 +164,7 @@ def test_set_freshness_and_refresh_mode_reschedule(gw, daily):
     info = gw.describe("daily")
     assert info["freshness"] == "12 HOUR" and info["refresh_handler"]["cron_expression"] == "0 0 0/12 * * ? *"
     gw.execute("ALTER MATERIALIZED TABLE daily SET FRESHNESS = INTERVAL '10' SECOND")   # below the threshold
-    assert gw.describe("daily")["refresh_mode"] == "CONTINUOUS" and not gw.scheduler.has(daily)
+    assert gw.describe("daily")["refresh_mode"] == "CONTINUOUS" and not gw.pipelines.scheduler.has(daily)
     with pytest.raises(ValidationError, match="factors of 24"):
         gw.execute("ALTER MATERIALIZED TABLE daily SET FRESHNESS = INTERVAL '5' HOUR")
     gw.execute("ALTER MATERIALIZED TABLE daily SET REFRESH_MODE = FULL")
@@ -198,7 +198,7 @@ def test_drop_rules(spark, gw, daily):
     assert os.path.isdir(root)
     gw.execute("DROP MATERIALIZED TABLE daily")
     assert gw.store.list() == [] and not spark.catalog.tableExists("daily") and not os.path.exists(root)
-    assert not gw.scheduler.has(daily)
+    assert not gw.pipelines.scheduler.has(daily)
     with pytest.raises(TableNotFoundError, match="Materialized table with identifier .*daily does not exist"):
         gw.execute("DROP MATERIALIZED TABLE daily")
     assert gw.execute("DROP MATERIALIZED TABLE IF EXISTS daily")[0].message == "Nothing to drop."

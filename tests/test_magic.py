@@ -205,7 +205,7 @@ def test_unload_stops_everything_and_leaves_no_threads(shell, sales, spark, tmp_
                                   "REFRESH_MODE = CONTINUOUS AS SELECT product_id, SUM(amount) AS total "
                                   "FROM sales GROUP BY product_id")
     shell.run_line_magic("mtsql", "dashboard")
-    scheduler = magics(shell).gateway.scheduler._scheduler
+    scheduler = magics(shell).gateway.pipelines.scheduler._scheduler
     assert scheduler.running and spark.streams.active
     shell.run_line_magic("unload_ext", "mt_magic")
     assert not scheduler.running and not spark.streams.active

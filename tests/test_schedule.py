@@ -23,7 +23,7 @@ def test_suspended_table_is_not_refreshed(spark, gw, sales):
                "AS SELECT * FROM sales")
     wait_for(lambda: gw.describe("t")["last_refresh"]["schedule_time"] is not None, timeout=30)
     gw.execute("ALTER MATERIALIZED TABLE t SUSPEND")
-    wait_for(lambda: not gw._running, timeout=30)
+    wait_for(lambda: not gw.refreshing(gw.describe("t")["identifier"]), timeout=30)
     before = gw.describe("t")["last_refresh"]["started_at"]
     spark.sql("INSERT INTO sales VALUES ('2024-01-03', 7, 70.0)")
     # a fire would come within 1 s; watch three grid periods for one that must not come

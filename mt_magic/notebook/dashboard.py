@@ -14,6 +14,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import ipywidgets as widgets
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
 
 from mt_magic.errors import MaterializedTableError
 from mt_magic.gateway import Gateway
@@ -149,11 +151,14 @@ class Dashboards:
         self._run = run
         self._interval_s = interval_s
         self._open: list[Dashboard] = []
+        self._ticker: BackgroundScheduler | None = None
 
     def open(self, identifier: str | None = None) -> Dashboard:
         dashboard = Dashboard(self.gateway, self._run, identifier)
-        if not self._open:
-            self.gateway.scheduler.every(TICK_JOB, self._interval_s, self.tick)
+        if self._ticker is None:
+            self._ticker = BackgroundScheduler()
+            self._ticker.add_job(self.tick, IntervalTrigger(seconds=self._interval_s), id=TICK_JOB)
+            self._ticker.start()
         self._open.append(dashboard)
         return dashboard
 
@@ -169,6 +174,9 @@ class Dashboards:
                 log.debug("dashboard update failed", exc_info=True)
 
     def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.shutdown(wait=True)
+            self._ticker = None
         for dashboard in self._open:
             dashboard.close()
         self._open.clear()

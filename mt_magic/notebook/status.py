@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 from mt_magic.catalog.model import MaterializedTable, RefreshOutcome
 from mt_magic.gateway import Gateway
-from mt_magic.sql.freshness import CONTINUOUS, IntervalFreshness
+from mt_magic.manager.pipelines import PipelineState
+from mt_magic.sql.freshness import IntervalFreshness
 
 
 @dataclass(frozen=True)
@@ -47,33 +48,34 @@ class TableStatus:
 def table_statuses(gateway: Gateway, now: datetime | None = None) -> list[TableStatus]:
     """Every materialized table in the store, ordered by identifier."""
     now = now or datetime.now(timezone.utc)
-    tables = sorted(gateway.store.list(), key=lambda t: t.identifier)
-    return [_status(gateway, t, tables, now) for t in tables]
+    states = sorted(gateway.status(), key=lambda s: s.table.identifier)
+    tables = [s.table for s in states]
+    return [_status(s, tables, now) for s in states]
 
 
-def _status(gateway: Gateway, table: MaterializedTable, tables: list[MaterializedTable],
-            now: datetime) -> TableStatus:
-    history = _history(gateway, table)
-    published = _published_at(gateway, table, history)
+def _status(state: PipelineState, tables: list[MaterializedTable], now: datetime) -> TableStatus:
+    table = state.table
+    history = _history(state)
+    published = _published_at(state, history)
     handler = table.refresh_handler
     error = handler.get("failure") or (history[-1].error if history and history[-1].outcome == "FAILED"
                                        else None)
     return TableStatus(
         name=table.name, identifier=table.identifier, mode=table.refresh_mode,
-        status=table.refresh_status, refreshing=gateway.refreshing(table.identifier),
+        status=table.refresh_status, refreshing=state.refreshing,
         freshness=IntervalFreshness.parse(table.freshness).duration, freshness_text=table.freshness,
         comment=table.comment, data_age=now - published if published else None,
         last=history[-1] if history else None,
-        next_refresh=gateway.scheduler.next_fire_time(table.identifier),
+        next_refresh=state.next_refresh,
         handler=_handler_text(handler), error=error, history=tuple(history),
         sources=table.source_tables,
         readers=tuple(t.identifier for t in tables if table.identifier in t.source_tables))
 
 
-def _history(gateway: Gateway, table: MaterializedTable) -> list[Refresh]:
+def _history(state: PipelineState) -> list[Refresh]:
     """Batch refreshes from the catalog; for a streaming table, its recent micro-batches too."""
-    history = [_from_outcome(o) for o in table.refresh_history]
-    progress = gateway.jobs.progress(table.identifier) if table.refresh_mode == CONTINUOUS else None
+    history = [_from_outcome(o) for o in state.table.refresh_history]
+    progress = state.progress
     for batch in (progress.history if progress else []):
         if batch.get("timestamp"):
             history.append(Refresh(_parse(batch["timestamp"]), (batch.get("processing_ms") or 0) / 1000,
@@ -81,8 +83,8 @@ def _history(gateway: Gateway, table: MaterializedTable) -> list[Refresh]:
     return sorted(history, key=lambda r: r.started_at)[-10:]
 
 
-def _published_at(gateway: Gateway, table: MaterializedTable, history: list[Refresh]) -> datetime | None:
-    progress = gateway.jobs.progress(table.identifier) if table.refresh_mode == CONTINUOUS else None
+def _published_at(state: PipelineState, history: list[Refresh]) -> datetime | None:
+    progress = state.progress
     if progress is not None and progress.last_published:
         return datetime.fromtimestamp(progress.last_published, timezone.utc)
     done = [r for r in history if r.outcome == "SUCCEEDED" and not r.target.startswith("batch")]

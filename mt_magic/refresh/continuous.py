@@ -28,7 +28,7 @@ from mt_magic.catalog.model import MaterializedTable
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import ValidationError
 from mt_magic.refresh.full import shape
-from mt_magic.refresh.storage import TableStorage, data_source_options
+from mt_magic.refresh.storage import TableStorage, data_source_options, folder_writer
 from mt_magic.spark.errors import SPARK_ERRORS, error_sentence, spark_message
 from mt_magic.spark.session import session_info
 from mt_magic.spark.streaming import unsupported_reason
@@ -236,10 +236,7 @@ class _Sink:
 
     @staticmethod
     def _write(frame: DataFrame, table: MaterializedTable, path: str, options: dict[str, str]) -> None:
-        writer = frame.write.format(table.storage.format).mode("errorifexists").options(**options)
-        if table.partition_keys:
-            writer = writer.partitionBy(*table.partition_keys)
-        writer.save(path)
+        folder_writer(frame, table.storage.format, options, table.partition_keys).save(path)
 
     def _publish(self, table: MaterializedTable, version: str) -> None:
         jobs = self.jobs

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from mt_magic.catalog.model import Column, MaterializedTable, Storage
-from mt_magic.refresh.storage import TableStorage, data_source_options
+from mt_magic.refresh.storage import TableStorage, data_source_options, folder_writer
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.jobs import job_scope
 from mt_magic.spark.types import type_from_json, type_sql
@@ -65,10 +65,8 @@ def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable,
         observation = Observation(f"rows_{time.monotonic_ns()}")
         frame = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
         version = storage.new_version(table)
-        writer = frame.write.format(table.storage.format).mode("errorifexists")
-        writer = writer.options(**data_source_options({**table.options, **(dynamic_options or {})}))
-        if table.partition_keys:
-            writer = writer.partitionBy(*table.partition_keys)
+        writer = folder_writer(frame, table.storage.format, data_source_options(
+            {**table.options, **(dynamic_options or {})}), table.partition_keys)
         spark_call(lambda: writer.save(version), f"Refreshing {table.identifier}")
         storage.files.mkdirs(version)   # an empty result may leave no folder at all
         published = storage.publish(table, version, spec)

@@ -1,23 +1,28 @@
 """The embedded workflow scheduler: one APScheduler cron job per FULL materialized table.
 
 The catalog store, not APScheduler's job store, is what persists: a new gateway rebuilds the jobs
-from the records. Cron fires at wall-clock multiples, as Flink's Quartz triggers do.
+from the records. Cron fires at wall-clock multiples, as Flink's Quartz triggers do, and a fire calls
+the same public refresh a user calls (as Flink's scheduler calls the gateway's REST API), with its
+schedule time.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
-from zoneinfo import ZoneInfo
+from datetime import datetime, timedelta, timezone, tzinfo
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
-from apscheduler.triggers.interval import IntervalTrigger
 
+from mt_magic.errors import MaterializedTableError
+from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT
 from mt_magic.sql.freshness import IntervalFreshness
+
+log = logging.getLogger(__name__)
 
 WORKFLOW_GROUP = "default_group"
 
@@ -27,34 +32,39 @@ def workflow_name(quoted_identifier: str) -> str:
 
 
 class RefreshScheduler:
-    """Cron jobs keyed by table identifier; `fire(identifier)` runs in a pool thread."""
+    """Cron jobs keyed by table identifier; a fire calls `refresh(name, schedule_time)` in a pool thread."""
 
-    def __init__(self, fire: Callable[[str], None], workers: int = 2) -> None:
-        self._fire = fire
+    def __init__(self, refresh: Callable[[str, str], object], workers: int = 2) -> None:
+        self._refresh = refresh
         self._scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(workers)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None})
         self._scheduler.start()
 
-    def schedule(self, identifier: str, freshness: IntervalFreshness, zone: ZoneInfo,
+    def schedule(self, identifier: str, name: str, freshness: IntervalFreshness, zone: tzinfo,
                  paused: bool = False) -> None:
         """Create or replace the job; a paused one keeps its trigger for RESUME."""
         trigger = CronTrigger(timezone=zone, **freshness.cron_fields())
-        self._scheduler.add_job(self._fire, trigger, args=[identifier], id=identifier,
+        self._scheduler.add_job(self._fire, trigger, args=[name, freshness, zone], id=identifier,
                                 name=identifier, replace_existing=True,
                                 next_run_time=None if paused else trigger.get_next_fire_time(
                                     None, datetime.now(zone)))
+
+    def _fire(self, name: str, freshness: IntervalFreshness, zone: tzinfo) -> None:
+        """APScheduler does not tell a job its fire time: it is the cron time at or before now."""
+        schedule_time = freshness.floor(datetime.now(zone)).strftime(SCHEDULE_TIME_FORMAT)
+        try:
+            self._refresh(name, schedule_time)
+        except MaterializedTableError as error:     # recorded on the table; the pool thread goes on
+            log.warning("Scheduled refresh of %s at %s: %s", name, schedule_time, error)
+        except Exception:   # noqa: BLE001 - a dead scheduler thread helps nobody
+            log.exception("Scheduled refresh of %s at %s failed", name, schedule_time)
 
     def run_once(self, job_id: str, delay_s: float, action: Callable[[], None]) -> None:
         """A one-off job (a restart after a failure, with backoff)."""
         self._scheduler.add_job(action, DateTrigger(run_date=datetime.now(timezone.utc)
                                                     + timedelta(seconds=delay_s)),
                                 id=job_id, name=job_id, replace_existing=True)
-
-    def every(self, job_id: str, seconds: float, action: Callable[[], None]) -> None:
-        """A repeating job (the dashboards' live update); it stops with the scheduler."""
-        self._scheduler.add_job(action, IntervalTrigger(seconds=seconds), id=job_id, name=job_id,
-                                replace_existing=True)
 
     def pause(self, identifier: str) -> None:
         self._scheduler.pause_job(identifier)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from urllib.parse import unquote
 
@@ -36,6 +36,12 @@ def data_source_options(options: dict[str, str]) -> dict[str, str]:
     """Table options the data source itself reads (compression, header, ...)."""
     return {k: v for k, v in options.items()
             if k not in RESERVED_OPTIONS and not k.startswith(("partition.fields.", "materialized-table."))}
+
+
+def folder_writer(frame: Any, fmt: str, options: Mapping[str, str], partition_keys: Sequence[str]) -> Any:
+    """The one way data is written: into a new folder (never over data), in the table's format."""
+    writer = frame.write.format(fmt).mode("error").options(**options)
+    return writer.partitionBy(*partition_keys) if partition_keys else writer
 
 
 def data_source_format(spark: Any, options: Mapping[str, str], default: str) -> str:

@@ -58,15 +58,23 @@ _QUIET_CONF = {
 }
 
 
-def local_session(app_name: str = "mt_magic", warehouse: str | None = None, connect: bool = False) -> Any:
+REMOTE_ENV = "MT_MAGIC_SPARK_REMOTE"
+
+
+def local_session(app_name: str = "mt_magic", warehouse: str | None = None, remote: str | None = None) -> Any:
     """A local session, quiet and small, with FAIR scheduling so a notebook's own queries are not
-    queued behind refreshes; `connect=True` starts a local Spark Connect server and returns a client."""
+    queued behind refreshes.
+
+    With `remote` (or MT_MAGIC_SPARK_REMOTE) it is a Spark Connect client instead: 'local[2]' starts a
+    local Connect server, 'sc://host:port' reaches a running one.
+    """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     conf = dict(_QUIET_CONF, **{"spark.ui.enabled": "false"})
     if warehouse:
         conf["spark.sql.warehouse.dir"] = warehouse
-    if connect:
-        return _local_connect_session(app_name, conf)
+    remote = remote or os.environ.get(REMOTE_ENV)
+    if remote:
+        return _connect_session(remote, app_name, conf)
     builder = SparkSession.builder.master("local[2]").appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -76,22 +84,23 @@ def local_session(app_name: str = "mt_magic", warehouse: str | None = None, conn
     return spark
 
 
-def _local_connect_session(app_name: str, conf: dict[str, str]) -> Any:
-    """`remote("local[2]")` starts the server in a JVM of its own; confs given to the builder reach it
-    (static ones too: the server is created with them)."""
+def _connect_session(remote: str, app_name: str, conf: dict[str, str]) -> Any:
+    """`remote("local[N]")` starts the server in this process's JVM with the confs given (static
+    ones too); a running server keeps its own static confs."""
     import warnings
 
-    builder = SparkSession.builder.remote("local[2]").appName(app_name)
+    builder = SparkSession.builder.remote(remote).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
     with warnings.catch_warnings():   # the client cannot re-set the static confs it just passed on
         warnings.simplefilter("ignore", UserWarning)
         spark = builder.getOrCreate()
     from pyspark import SparkContext
-    server = SparkContext._active_spark_context    # the local server runs in this process's JVM
+    server = SparkContext._active_spark_context    # a local server runs in this process's JVM
     if server is not None:
         server.setLogLevel("ERROR")
         _quiet(server._jvm, "org.apache.spark.sql.connect.utils.ErrorUtils")
+        _quiet(server._jvm, "SQLQueryContextLogger")
     return spark
 
 

@@ -1,0 +1,337 @@
+"""The pipelines that keep tables fresh: schedules, streaming jobs, refresh runs and their records.
+
+FULL tables have a cron job in the embedded scheduler, which fires the gateway's public refresh;
+CONTINUOUS tables have a streaming job, restarted with backoff after a failure. Every refresh holds
+the table's lock and records its outcome in the catalog store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mt_magic import config as cfg
+from mt_magic.catalog.model import ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable, RefreshOutcome, now_iso
+from mt_magic.errors import (ExecutionError, MaterializedTableError, StateError, TableNotFoundError,
+                             ValidationError)
+from mt_magic.manager.workspace import Workspace
+from mt_magic.refresh.continuous import ContinuousJobs, Progress, output_mode
+from mt_magic.refresh.full import job_group, run_refresh
+from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT, periodic_partition
+from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, workflow_name
+from mt_magic.results import Result
+from mt_magic.spark.errors import SPARK_ERRORS, spark_call, spark_message
+from mt_magic.spark.jobs import cancel_jobs
+from mt_magic.spark.session import session_info
+from mt_magic.sql.freshness import CONTINUOUS, FULL, IntervalFreshness, ModeDecision
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    """One table as its owner sees it now: the record and what runs for it."""
+
+    table: MaterializedTable
+    next_refresh: object            # datetime | None, in the scheduler's zone
+    refreshing: bool
+    progress: Progress | None
+
+
+class Pipelines:
+    def __init__(self, ws: Workspace, refresh: Callable[[str, str], object]) -> None:
+        self.ws = ws
+        self._running: set[str] = set()
+        self.scheduler = RefreshScheduler(refresh)
+        self.jobs = ContinuousJobs(ws.spark, ws.storage, ws.store, ws.lock, ws.retention_s, self._job_failed)
+
+    # ============================================================ state
+    def state(self, table: MaterializedTable) -> PipelineState:
+        identifier = table.identifier
+        return PipelineState(table, self.scheduler.next_fire_time(identifier), identifier in self._running,
+                             self.jobs.progress(identifier) if table.refresh_mode == CONTINUOUS else None)
+
+    def refreshing(self, identifier: str) -> bool:
+        return identifier in self._running
+
+    def next_text(self, identifier: str) -> str:
+        moment = self.scheduler.next_fire_time(identifier)
+        return f", next refresh {moment.strftime(SCHEDULE_TIME_FORMAT)}" if moment else ""
+
+    # ======================================================= start/stop
+    def start(self, table: MaterializedTable, fresh: bool, paused: bool = False) -> dict:
+        """The table's pipeline for its mode: a cron job (FULL) or a streaming job (CONTINUOUS)."""
+        dynamic = table.refresh_handler.get("dynamic_options", {})
+        if table.refresh_mode == FULL:
+            return self.schedule(table, paused=paused, dynamic_options=dynamic)
+        return self.start_job(table, fresh=fresh, dynamic_options=dynamic,
+                              checkpoint=table.refresh_handler.get("checkpoint_location"))
+
+    def schedule(self, table: MaterializedTable, paused: bool, dynamic_options: dict) -> dict:
+        freshness = IntervalFreshness.parse(table.freshness)
+        zone = self.ws.zone()
+        info = session_info(self.ws.spark)
+        self.scheduler.schedule(table.identifier, table.quoted, freshness, zone, paused=paused)
+        return {
+            "kind": "embedded-scheduler",
+            "workflow_name": workflow_name(table.quoted),
+            "workflow_group": WORKFLOW_GROUP,
+            "scheduler_job_id": table.identifier,
+            "cron_expression": freshness.quartz_cron(),
+            "time_zone": str(zone),
+            "dynamic_options": dict(dynamic_options),
+            "spark_master": info.master,
+            "application_id": info.application_id,
+        }
+
+    def start_job(self, table: MaterializedTable, fresh: bool, dynamic_options: dict,
+                  checkpoint: str | None = None) -> dict:
+        """Start the streaming job: fresh (new checkpoint, new data version) or from `checkpoint`."""
+        streaming = self.streaming_query(table)
+        interval = self.ws.options.get(cfg.CHECKPOINT_INTERVAL)
+        trigger = (self.ws.options.duration(cfg.CHECKPOINT_INTERVAL) if interval
+                   else IntervalFreshness.parse(table.freshness).duration).total_seconds()
+        location = checkpoint if checkpoint and not fresh else self.new_checkpoint(table)
+        handler = spark_call(lambda: self.jobs.start(table, streaming, location, fresh, trigger,
+                                                     dynamic_options),
+                             f"Starting the continuous refresh job of {table.identifier}")
+        return {**handler, "restarts": table.refresh_handler.get("restarts", 0) if not fresh else 0}
+
+    def check_streamable(self, table: MaterializedTable) -> None:
+        """Before anything is stopped: the new definition must stream (Flink's master checks first)."""
+        frame = spark_call(lambda: self.ws.spark.sql(self.streaming_query(table)), table.identifier)
+        output_mode(self.ws.spark, frame, table)
+
+    def streaming_query(self, table: MaterializedTable) -> str:
+        """Sources listed in the static-sources option are joined as static data; the rest stream."""
+        names = [n.strip() for n in (table.options.get(cfg.STATIC_SOURCES) or "").split(",") if n.strip()]
+        static = {".".join(self.ws.analyzer.resolve(self.ws.name(n))).lower() for n in names}
+        return spark_call(lambda: self.ws.analyzer.streaming_query(table.definition_query, static),
+                          f"Materialized table {table.identifier}")
+
+    def stop(self, table: MaterializedTable) -> None:
+        self.scheduler.remove(table.identifier)
+        self.jobs.stop(table.identifier)
+
+    def checkpoint_root(self) -> str:
+        return self.ws.options.get(cfg.CHECKPOINT_DIR) or f"{self.ws.home()}/checkpoints"
+
+    def new_checkpoint(self, table: MaterializedTable, root: str | None = None) -> str:
+        folder = root or self.checkpoint_root()
+        return self.ws.storage.files.qualify(
+            f"{folder}/{table.catalog}/{table.database}/{table.name}-{uuid.uuid4().hex[:8]}")
+
+    def delete_checkpoints(self, table: MaterializedTable) -> None:
+        for key in ("checkpoint_location", "restore_path"):
+            if table.refresh_handler.get(key):
+                self.ws.storage.files.delete(table.refresh_handler[key])
+
+    def discard(self, table: MaterializedTable) -> None:
+        """Everything of a table, gone: pipeline, running jobs, data, checkpoints, record."""
+        self.stop(table)
+        cancel_jobs(self.ws.spark, job_group(table))
+        with self.ws.lock(table.identifier):
+            current = self.ws.store.get(table.identifier) or table
+            try:
+                self.ws.storage.drop(current)
+                self.delete_checkpoints(current)
+            finally:
+                self.ws.store.delete(table.identifier)
+
+    def change_mode(self, table: MaterializedTable, decision: ModeDecision) -> Result:
+        """FLIP-435: the pipeline is stopped and recreated for the new freshness and mode."""
+        updated = table.evolve(freshness=str(decision.freshness), logical_refresh_mode=decision.logical_mode,
+                               refresh_mode=decision.refresh_mode)
+        to_continuous, was_continuous = decision.refresh_mode == CONTINUOUS, table.refresh_mode == CONTINUOUS
+        self.stop(table)
+        dynamic = table.refresh_handler.get("dynamic_options", {})
+        if not to_continuous:
+            if was_continuous:
+                self.delete_checkpoints(table)
+            handler = self.schedule(updated, paused=table.refresh_status == SUSPENDED, dynamic_options=dynamic)
+        elif table.refresh_status == SUSPENDED:
+            handler = dict(table.refresh_handler) if was_continuous else {}
+        else:   # a new trigger continues from the checkpoint; a table coming from FULL starts fresh
+            handler = self.start_job(updated, fresh=not was_continuous, dynamic_options=dynamic,
+                                     checkpoint=table.refresh_handler.get("checkpoint_location"))
+        self.ws.store.update(table.identifier, lambda t: t.evolve(
+            freshness=updated.freshness, logical_refresh_mode=decision.logical_mode,
+            refresh_mode=decision.refresh_mode, refresh_handler=handler))
+        return Result.ok(f"Materialized table {table.identifier} now has freshness {decision.freshness}, "
+                         f"refresh mode {decision.refresh_mode}{self.next_text(table.identifier)}.")
+
+    # ========================================================== refresh
+    def refresh(self, table: MaterializedTable, spec: dict[str, str], schedule_time: str | None) -> Result:
+        """A manual refresh (spec = the partitions to rewrite) or the scheduler's at schedule_time."""
+        if schedule_time is not None:
+            if table.refresh_status != ACTIVATED:
+                raise StateError(f"Materialized table {table.identifier} is {table.refresh_status}: a "
+                                 f"periodic refresh for {schedule_time} does not run.")
+            freshness = IntervalFreshness.parse(table.freshness)
+            spec = periodic_partition(schedule_time, freshness, table.formatter_options(), self.ws.zone(),
+                                      table.identifier)
+        table = self.run(table, check_partition_spec(table, spec), periodic=schedule_time is not None,
+                         schedule_time=schedule_time)
+        last = table.last_refresh
+        info = session_info(self.ws.spark)
+        target = ", ".join(f"{k}={v}" for k, v in last.partition.items()) or "whole table"
+        return Result.table(["job id", "cluster info", "rows", "partition"],
+                            [(job_group(table), {"spark.master": info.master, "spark.app.id": info.application_id},
+                              last.rows, target)],
+                            message=f"Refreshed {table.identifier} ({target}): {last.rows} rows in "
+                                    f"{last.duration_s:.2f} s.")
+
+    def run(self, table: MaterializedTable, spec: dict[str, str], periodic: bool,
+            schedule_time: str | None = None) -> MaterializedTable:
+        """One refresh at a time per table; the outcome is recorded either way."""
+        identifier = table.identifier
+        with self.ws.lock(identifier):
+            current = self.ws.store.get(identifier)
+            if current is None:
+                raise TableNotFoundError(f"Materialized table {identifier} was dropped.")
+            dynamic = current.refresh_handler.get("dynamic_options", {}) if periodic else {}
+            started_at, started = now_iso(), time.monotonic()
+            self._running.add(identifier)
+            try:
+                result = run_refresh(self.ws.spark, self.ws.storage, current, spec, dynamic)
+            except BaseException as error:
+                message = str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
+                outcome = RefreshOutcome(started_at, time.monotonic() - started, "FAILED", None, spec,
+                                         schedule_time, message)
+                self.ws.store.update(identifier, lambda t: t.with_refresh(outcome))
+                if isinstance(error, MaterializedTableError):
+                    raise ExecutionError(f"Refreshing the materialized table {identifier} failed: "
+                                         f"{message}") from None
+                raise
+            finally:
+                self._running.discard(identifier)
+            outcome = RefreshOutcome(started_at, result.duration_s, "SUCCEEDED", result.rows, spec,
+                                     schedule_time)
+            updated = self.ws.store.update(identifier, lambda t: t.with_refresh(outcome, storage=result.storage))
+            self.ws.storage.sweep(updated, self.ws.retention_s())
+            return updated
+
+    # =================================================== suspend/resume
+    def suspend(self, table: MaterializedTable) -> Result:
+        if table.refresh_mode == CONTINUOUS:
+            return self._suspend_job(table)
+        if self.scheduler.has(table.identifier):
+            self.scheduler.pause(table.identifier)
+        self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_status=SUSPENDED))
+        return Result.ok(f"Suspended materialized table {table.identifier}.")
+
+    def resume(self, table: MaterializedTable, options: dict[str, str]) -> Result:
+        if table.refresh_mode == CONTINUOUS:
+            return self._resume_job(table, options)
+        dynamic = options or table.refresh_handler.get("dynamic_options", {})
+        handler = self.schedule(table, paused=False, dynamic_options=dynamic)
+        self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_status=ACTIVATED,
+                                                                  refresh_handler=handler))
+        return Result.ok(f"Resumed materialized table {table.identifier}{self.next_text(table.identifier)}.")
+
+    def _suspend_job(self, table: MaterializedTable) -> Result:
+        with self.ws.lock(table.identifier):
+            self.jobs.stop(table.identifier)
+            handler = dict(table.refresh_handler)
+            savepoint = self.new_checkpoint(table, self.ws.options.get(cfg.SAVEPOINT_DIR))
+            self.ws.storage.files.mkdirs(savepoint.rsplit("/", 1)[0])
+            self.ws.storage.files.rename(handler["checkpoint_location"], savepoint)
+            handler.update(restore_path=savepoint, checkpoint_location=savepoint)
+            self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_status=SUSPENDED,
+                                                                      refresh_handler=handler))
+        return Result.ok(f"Suspended materialized table {table.identifier}; savepoint {savepoint}.")
+
+    def _resume_job(self, table: MaterializedTable, dynamic_options: dict) -> Result:
+        restore = table.refresh_handler.get("restore_path") if table.refresh_status == SUSPENDED else None
+        handler = self.start_job(table, fresh=restore is None, dynamic_options=dynamic_options,
+                                 checkpoint=restore)
+        handler.pop("restore_path", None)
+        self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_status=ACTIVATED,
+                                                                  refresh_handler=handler))
+        started = "from its savepoint" if restore else "from scratch"
+        return Result.ok(f"Resumed materialized table {table.identifier}: continuous refresh job "
+                         f"{handler['streaming_query_id']} started {started}.")
+
+    def job_running(self, identifier: str) -> bool:
+        return self.jobs.is_running(identifier)
+
+    # ========================================================= restarts
+    def _job_failed(self, identifier: str, message: str) -> None:
+        """Called from Spark's listener thread: record, then restart with backoff up to the limit."""
+        table = self.ws.store.update(identifier, lambda t: t.evolve(refresh_handler={
+            **t.refresh_handler, "failure": message, "failed_at": now_iso()}))
+        if table is None:
+            return
+        restarts = int(table.refresh_handler.get("restarts", 0))
+        if restarts >= int(self.ws.options.get(cfg.MAX_RESTARTS) or 0):
+            log.warning("Continuous refresh job of %s failed; no restarts left: %s", identifier, message)
+            return
+        self.scheduler.run_once(f"restart:{identifier}", 2 ** restarts,
+                                lambda: self._restart_job(identifier, restarts + 1))
+
+    def _restart_job(self, identifier: str, restarts: int) -> None:
+        try:
+            table = self.ws.store.get(identifier)
+            if table is None or table.refresh_status != ACTIVATED or table.refresh_mode != CONTINUOUS \
+                    or self.jobs.is_running(identifier):
+                return
+            handler = self.start(table, fresh=False)
+            self.ws.store.update(identifier, lambda t: t.evolve(refresh_handler={
+                **handler, "restarts": restarts, "failure": t.refresh_handler.get("failure"),
+                "failed_at": t.refresh_handler.get("failed_at")}))
+        except Exception as error:   # noqa: BLE001 - recorded; the scheduler thread must go on
+            try:
+                self.ws.store.update(identifier, lambda t: t.evolve(
+                    refresh_handler={**t.refresh_handler, "restarts": restarts}))
+                self._job_failed(identifier, spark_message(error))
+            except MaterializedTableError:
+                log.warning("Restarting the continuous refresh job of %s failed: %s", identifier, error)
+
+    # ========================================================== restore
+    def restore(self) -> list[str]:
+        """A new owner of the store: every table back into Spark, unfinished CREATEs rolled back,
+        FULL tables rescheduled (SUSPENDED ones paused), ACTIVATED streams restarted."""
+        warnings = []
+        for table in self.ws.store.list():
+            try:
+                if table.refresh_status == INITIALIZING:
+                    warnings.append(f"{table.identifier}: rolled back an unfinished CREATE.")
+                    self.discard(table)
+                    continue
+                self.ws.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{table.catalog}`.`{table.database}`")
+                self.ws.storage.register(table)
+                if table.refresh_mode == FULL:
+                    self.start(table, fresh=False, paused=table.refresh_status == SUSPENDED)
+                elif table.refresh_status == ACTIVATED:
+                    handler = self.start(table, fresh=False)
+                    self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_handler=handler))
+                self.ws.storage.sweep(table, self.ws.retention_s())
+            except (MaterializedTableError, *SPARK_ERRORS) as error:
+                warnings.append(f"{table.identifier}: {spark_message(error)}")
+        return warnings
+
+    def close(self) -> None:
+        """Stop the streaming jobs gracefully, the scheduler and any running refresh; statuses stay."""
+        self.jobs.stop_all()
+        for identifier in list(self._running):
+            cancel_jobs(self.ws.spark, f"mt_magic:{identifier}")
+        self.scheduler.shutdown()
+
+
+def check_partition_spec(table: MaterializedTable, spec: dict[str, str]) -> dict[str, str]:
+    """Spec §4.3, stricter: keys must be partition keys, and of a string type."""
+    keys = {k.lower(): k for k in table.partition_keys}
+    unknown = [k for k in spec if k.lower() not in keys]
+    if unknown:
+        raise ValidationError("The partition spec contains unknown partition keys:\n\n"
+                              + "\n".join(unknown) + "\n\nAll known partition keys are:\n\n"
+                              + "\n".join(table.partition_keys))
+    wrong = [k for k in spec if table.column(k).type != "string"]
+    if wrong:
+        raise ValidationError("Currently, refreshing materialized table only supports referring to "
+                              "char, varchar and string type partition keys. All specified partition "
+                              "keys in partition specs with unsupported types are:\n\n" + "\n".join(wrong))
+    return {keys[k.lower()]: v for k, v in spec.items()}

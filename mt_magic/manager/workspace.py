@@ -1,0 +1,97 @@
+"""What every part of the manager shares: the session, the store, options, names, locks, the zone."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping
+from datetime import timedelta, timezone, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from mt_magic import config as cfg
+from mt_magic.catalog.model import MaterializedTable
+from mt_magic.catalog.store import CatalogStore
+from mt_magic.errors import StateError, TableNotFoundError, ValidationError
+from mt_magic.catalog.model import INITIALIZING
+from mt_magic.refresh.storage import TableStorage
+from mt_magic.spark.analysis import QueryAnalyzer
+from mt_magic.sql import statements as st
+from mt_magic.sql.freshness import IntervalFreshness, ModeDecision, derive_refresh_mode
+from mt_magic.sql.parser import parse
+
+SESSION_CATALOG = "spark_catalog"
+
+
+class Workspace:
+    """One session and one catalog store, and the lookups every statement needs."""
+
+    def __init__(self, spark: Any, catalog_store: str | None, config: Mapping[str, str] | None) -> None:
+        self.spark = spark
+        self.options = cfg.Options(config)
+        self.store = CatalogStore(cfg.catalog_store_path(catalog_store))
+        self.analyzer = QueryAnalyzer(spark)
+        self.storage = TableStorage(spark)
+        self._locks: dict[str, threading.RLock] = {}
+        self._locks_guard = threading.Lock()
+
+    # ------------------------------------------------------------- names
+    def name(self, text: str) -> st.ObjectName:
+        """A table name typed by a user or passed by the scheduler, read by the statement parser."""
+        statement = parse(f"DROP MATERIALIZED TABLE {text}")
+        return statement[0].name  # type: ignore[attr-defined]
+
+    def identifier(self, name: st.ObjectName) -> tuple[str, str, str]:
+        catalog, database, table = self.analyzer.resolve(name)
+        if catalog != SESSION_CATALOG:
+            raise ValidationError(f"Materialized table {'.'.join((catalog, database, table))}: only the "
+                                  f"session catalog '{SESSION_CATALOG}' can hold materialized tables.")
+        return catalog, database, table
+
+    def load(self, name: st.ObjectName) -> MaterializedTable:
+        identifier = ".".join(self.identifier(name))
+        table = self.store.get(identifier)
+        if table is not None:
+            return table
+        if self.spark_table_exists(identifier):
+            raise ValidationError(f"Table {identifier} is not a materialized table, does not support "
+                                  "materialized table related operation.")
+        raise TableNotFoundError(f"Materialized table with identifier {identifier} does not exist.")
+
+    def spark_table_exists(self, identifier: str) -> bool:
+        quoted = ".".join(st.quote_identifier(p) for p in identifier.split(".", 2))
+        return bool(self.spark.catalog.tableExists(quoted))
+
+    # ------------------------------------------------------------- rules
+    def decide_mode(self, freshness: IntervalFreshness | None, logical_mode: str) -> ModeDecision:
+        return derive_refresh_mode(freshness, logical_mode,
+                                   self.options.duration(cfg.FRESHNESS_THRESHOLD),
+                                   self.options.duration(cfg.DEFAULT_FRESHNESS_CONTINUOUS),
+                                   self.options.duration(cfg.DEFAULT_FRESHNESS_FULL))
+
+    @staticmethod
+    def require_not_initializing(table: MaterializedTable, operation: str) -> None:
+        if table.refresh_status == INITIALIZING:
+            raise StateError(f"Materialized table {table.identifier} is being initialized and does not "
+                             f"support {operation} operation.")
+
+    def retention_s(self) -> float:
+        return self.options.duration(cfg.VERSION_RETENTION).total_seconds()
+
+    def home(self) -> str:
+        """The folder beside the catalog store: default data, checkpoints and savepoints live there."""
+        return self.store.path.rsplit("/", 1)[0]
+
+    # ------------------------------------------------------------ shared
+    def lock(self, identifier: str) -> threading.RLock:
+        with self._locks_guard:
+            return self._locks.setdefault(identifier, threading.RLock())
+
+    def zone(self) -> tzinfo:
+        """The session time zone: one zone for cron and for the T − freshness rule."""
+        name = self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
+        offset = re.fullmatch(r"(?:GMT|UTC)?([+-])(\d{1,2}):?(\d{2})?", name)
+        if offset:
+            sign = -1 if offset.group(1) == "-" else 1
+            return timezone(sign * timedelta(hours=int(offset.group(2)), minutes=int(offset.group(3) or 0)))
+        return ZoneInfo(name)
