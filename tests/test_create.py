@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from helpers import table_rows
+from helpers import table_rows, published_partitions
 from mt_magic import ExecutionError, MaterializedTableError, ValidationError
 
 
@@ -29,7 +29,7 @@ def test_partitioned_full_table_with_date_formatter(spark, gw, sales):
                                                  (2, 1.5, "2024-01-02"), (2, 5.0, "2024-01-01")}
     location = spark.sql("DESCRIBE EXTENDED daily_sales").where("col_name = 'Provider'").first().data_type
     assert location == "json"
-    partitions = sorted(r[0] for r in spark.sql("SHOW PARTITIONS daily_sales").collect())
+    partitions = published_partitions(spark, "daily_sales")
     assert partitions == ["ds=2024-01-01", "ds=2024-01-02"]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import wait_for
 
+from mt_magic.spark.session import session_info
 from mt_magic.notebook.dashboard import Dashboard, Dashboards, run_for_dashboard
 
 CREATE_T = "CREATE MATERIALIZED TABLE t REFRESH_MODE = FULL AS SELECT * FROM sales"
@@ -34,7 +35,7 @@ def test_a_row_per_table_with_its_last_refresh(gw, sales, board):
     assert [i.rsplit(".", 1)[1] for i in dashboard._rows] == ["t", "u"]
     row = cells(dashboard, "t")
     for text in ("<b>t</b>", "FULL", "ACTIVATED", "1 HOUR", "SUCCEEDED in", "4 rows (whole table)",
-                 "scheduler job spark_catalog.", gw.spark.sparkContext.applicationId, "/ 1 h", "(in "):
+                 "scheduler job spark_catalog.", session_info(gw.spark).application_id, "/ 1 h", "(in "):
         assert text in row
     assert "color:#c0392b" not in row          # data younger than its freshness: not stale
     gw.execute("ALTER MATERIALIZED TABLE t REFRESH")

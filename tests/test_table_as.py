@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 from pyspark.errors import AnalysisException
 
+from mt_magic.spark.jobs import cancel_jobs
 from mt_magic import MaterializedTableError, parse, save_as
 from mt_magic.sql import statements as st
 from helpers import table_rows, wait_for
@@ -228,8 +230,9 @@ def test_cancelled_ctas_leaves_nothing(spark, gw, db):
     before = folder_entries(spark, db)
     worker = threading.Thread(target=create)
     worker.start()
-    wait_for(lambda: spark.sparkContext.statusTracker().getJobIdsForGroup(group))
-    spark.sparkContext.cancelJobGroup(group)
-    worker.join(60)
+    deadline = time.monotonic() + 60
+    while worker.is_alive() and time.monotonic() < deadline:   # cancelled as soon as its job runs
+        cancel_jobs(spark, group)
+        worker.join(0.2)
     assert len(errors) == 1 and isinstance(errors[0], MaterializedTableError)
     assert tables(spark, db) == set() and folder_entries(spark, db) == before

@@ -44,6 +44,9 @@ class Storage:
     location: str = ""
     partitions: tuple[PartitionLocation, ...] = ()
     owns_root: bool = True          # False when WITH ('path' = ...) named an existing folder
+    # False: Spark discovers the partitions under `location` (the catalog holds none), so one
+    # location change publishes them all; set for tables created over Spark Connect.
+    catalog_partitions: bool = True
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -63,6 +64,9 @@ class CatalogStore:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self._file_lock = FileLock(self.path + ".lock")
         self._thread_lock = threading.RLock()
+        self._table_locks: dict[str, FileLock] = {}
+        self._lock_dir = os.path.join(os.path.dirname(self.path), ".locks")
+        os.makedirs(self._lock_dir, exist_ok=True)
         with self._db() as db:
             meta = db.table(_META, cache_size=0)
             version = meta.get(doc_id=1)
@@ -82,6 +86,16 @@ class CatalogStore:
                 yield db
             finally:
                 db.close()
+
+    def table_lock(self, identifier: str) -> FileLock:
+        """One table's lock beside the store: one refresh or publish of a table at a time, whichever
+        process runs it. Reentrant in the thread that holds it."""
+        with self._thread_lock:
+            lock = self._table_locks.get(identifier)
+            if lock is None:
+                name = hashlib.sha1(identifier.encode("utf-8")).hexdigest()[:16]
+                lock = self._table_locks[identifier] = FileLock(os.path.join(self._lock_dir, f"{name}.lock"))
+            return lock
 
     def get(self, identifier: str) -> MaterializedTable | None:
         with self._db() as db:

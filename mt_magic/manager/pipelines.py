@@ -46,7 +46,7 @@ class Pipelines:
         self.ws = ws
         self._running: set[str] = set()
         self.scheduler = RefreshScheduler(refresh)
-        self.jobs = ContinuousJobs(ws.spark, ws.storage, ws.store, ws.lock, ws.retention_s, self._job_failed)
+        self.jobs = ContinuousJobs(ws.spark, ws.storage, ws.store, ws.retention_s, self._job_failed)
 
     # ============================================================ state
     def state(self, table: MaterializedTable) -> PipelineState:
@@ -233,8 +233,8 @@ class Pipelines:
         return Result.ok(f"Resumed materialized table {table.identifier}{self.next_text(table.identifier)}.")
 
     def _suspend_job(self, table: MaterializedTable) -> Result:
+        self.jobs.stop(table.identifier)    # waits for a batch in flight, which takes the table lock
         with self.ws.lock(table.identifier):
-            self.jobs.stop(table.identifier)
             handler = dict(table.refresh_handler)
             savepoint = self.new_checkpoint(table, self.ws.options.get(cfg.SAVEPOINT_DIR))
             self.ws.storage.files.mkdirs(savepoint.rsplit("/", 1)[0])

@@ -68,6 +68,11 @@ def derive_schema(statement: TableDefinition, query: T.StructType,
             raise ValidationError(
                 f"The rowtime attribute field '{statement.watermark.column}' is not defined in the "
                 f"table schema.\nAvailable fields: {_names(names)}")
+        data_type, _ = computed_type(statement.watermark.expression)
+        if not isinstance(data_type, (T.TimestampType, T.TimestampNTZType)):
+            raise ValidationError(
+                f"The watermark of '{statement.watermark.column}' must be a TIMESTAMP expression, but "
+                f"'{statement.watermark.expression}' is {type_text(data_type)}.")
         watermark = {"column": statement.watermark.column, "expression": statement.watermark.expression}
     return TableSchema(tuple(columns), primary_key, watermark)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Mapping
 from datetime import timedelta, timezone, tzinfo
 from typing import Any
@@ -32,8 +31,6 @@ class Workspace:
         self.store = CatalogStore(cfg.catalog_store_path(catalog_store))
         self.analyzer = QueryAnalyzer(spark)
         self.storage = TableStorage(spark)
-        self._locks: dict[str, threading.RLock] = {}
-        self._locks_guard = threading.Lock()
 
     # ------------------------------------------------------------- names
     def name(self, text: str) -> st.ObjectName:
@@ -83,9 +80,9 @@ class Workspace:
         return self.store.path.rsplit("/", 1)[0]
 
     # ------------------------------------------------------------ shared
-    def lock(self, identifier: str) -> threading.RLock:
-        with self._locks_guard:
-            return self._locks.setdefault(identifier, threading.RLock())
+    def lock(self, identifier: str):
+        """The table's lock, across threads and processes (a streaming batch may run elsewhere)."""
+        return self.store.table_lock(identifier)
 
     def zone(self) -> tzinfo:
         """The session time zone: one zone for cron and for the T − freshness rule."""

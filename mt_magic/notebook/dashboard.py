@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import ipywidgets as widgets
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
@@ -156,7 +157,8 @@ class Dashboards:
     def open(self, identifier: str | None = None) -> Dashboard:
         dashboard = Dashboard(self.gateway, self._run, identifier)
         if self._ticker is None:
-            self._ticker = BackgroundScheduler()
+            self._ticker = BackgroundScheduler(executors={"default": ThreadPoolExecutor(
+                1, {"thread_name_prefix": "mt_magic-dashboard"})})
             self._ticker.add_job(self.tick, IntervalTrigger(seconds=self._interval_s), id=TICK_JOB)
             self._ticker.start()
         self._open.append(dashboard)

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +79,7 @@ class Progress:
 @dataclass
 class Job:
     table_id: str
+    quoted: str
     query: StreamingQuery
     checkpoint: str
     mode: str
@@ -89,18 +91,15 @@ class ContinuousJobs:
     """Starts, stops and watches the streaming queries; reports failures to `on_failure`."""
 
     def __init__(self, spark: Any, storage: TableStorage, store: CatalogStore,
-                 table_lock: Callable[[str], threading.RLock], retention_s: Callable[[], float],
-                 on_failure: Callable[[str, str], None]) -> None:
+                 retention_s: Callable[[], float], on_failure: Callable[[str, str], None]) -> None:
         self.spark = spark
         self.storage = storage
         self.store = store
-        self.table_lock = table_lock
         self._retention_s = retention_s
         self._on_failure = on_failure
         self._jobs: dict[str, Job] = {}
         self._lock = threading.RLock()
-        self._listener = _Listener(self)
-        spark.streams.addListener(self._listener)
+        _Listener.follow(spark, self)
 
     # ------------------------------------------------------------ lifecycle
     def start(self, table: MaterializedTable, streaming_query: str, checkpoint: str, fresh: bool,
@@ -111,7 +110,8 @@ class ContinuousJobs:
         run_version = self._run_version(table, fresh)
         if fresh:
             self.storage.files.delete(checkpoint)
-        sink = _Sink(self, table.identifier, mode, run_version, dynamic_options)
+        sink = _Sink(self.store.path, table.identifier, mode, run_version, dict(dynamic_options),
+                     self._retention_s())
         writer = (frame.writeStream.queryName(job_name(table)).outputMode(mode)
                   .option("checkpointLocation", checkpoint)
                   .trigger(processingTime=f"{max(trigger_s, 0.1)} seconds")
@@ -124,7 +124,7 @@ class ContinuousJobs:
                 if fresh:   # a job that never ran leaves no checkpoint behind
                     self.storage.files.delete(checkpoint)
                 raise
-            self._jobs[table.identifier] = Job(table.identifier, query, checkpoint, mode)
+            self._jobs[table.identifier] = Job(table.identifier, table.quoted, query, checkpoint, mode)
         return {"kind": "streaming-query", "streaming_query_id": str(query.id),
                 "run_id": str(query.runId), "job_name": job_name(table), "checkpoint_location": checkpoint,
                 "output_mode": mode, "run_version": run_version, "trigger_s": trigger_s,
@@ -152,10 +152,7 @@ class ContinuousJobs:
     def stop_all(self) -> None:
         for identifier in list(self._jobs):
             self.stop(identifier)
-        try:
-            self.spark.streams.removeListener(self._listener)
-        except SPARK_ERRORS:
-            pass
+        _Listener.unfollow(self.spark, self)
 
     def is_running(self, identifier: str) -> bool:
         job = self._jobs.get(identifier)
@@ -180,6 +177,10 @@ class ContinuousJobs:
         record.batch_id = progress.get("batchId")
         record.input_rows = progress.get("numInputRows")
         record.processing_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+        if record.input_rows:     # the batch committed before Spark reports its progress
+            record.last_published = time.time()
+            # It committed in the stream's own session: this session's cached file listing is old.
+            self.spark.catalog.refreshTable(job.quoted)
         record.history = (record.history + [{"batch_id": record.batch_id, "input_rows": record.input_rows,
                                              "processing_ms": record.processing_ms,
                                              "timestamp": progress.get("timestamp")}])[-20:]
@@ -193,69 +194,89 @@ class ContinuousJobs:
         self._on_failure(job.table_id, error_sentence(exception or "The streaming job stopped."))
 
 
+@dataclass
 class _Sink:
-    """foreachBatch: one atomic commit per batch id (see the module docstring)."""
+    """foreachBatch: one atomic commit per batch id (see the module docstring).
 
-    def __init__(self, jobs: ContinuousJobs, identifier: str, mode: str, run_version: str,
-                 dynamic_options: dict[str, str]) -> None:
-        self.jobs = jobs
-        self.identifier = identifier
-        self.mode = mode
-        self.run_version = run_version
-        self.dynamic_options = dynamic_options
+    It holds plain values only: over Spark Connect it is pickled and runs in the server's Python
+    worker, where it opens the catalog store itself and works through the batch's own session. The
+    table's lock is the store's cross-process one, so a batch never publishes beside a refresh.
+    """
+
+    store_path: str
+    identifier: str
+    mode: str
+    run_version: str
+    dynamic_options: dict[str, str]
+    retention_s: float
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        with self.jobs.table_lock(self.identifier):    # never beside a manual refresh's publish
-            self._commit(batch, batch_id)
+        store = CatalogStore(self.store_path)
+        with store.table_lock(self.identifier):
+            self._commit(store, TableStorage(batch.sparkSession), batch, batch_id)
 
-    def _commit(self, batch: DataFrame, batch_id: int) -> None:
-        jobs = self.jobs
-        table = jobs.store.get(self.identifier)
+    def _commit(self, store: CatalogStore, storage: TableStorage, batch: DataFrame, batch_id: int) -> None:
+        table = store.get(self.identifier)
         if table is None:
             return                                    # dropped while the batch ran
         frame = shape(batch, table.columns, table.identifier)
-        writer_options = data_source_options({**table.options, **self.dynamic_options})
-        files = jobs.storage.files
+        options = data_source_options({**table.options, **self.dynamic_options})
         if self.mode == COMPLETE:
-            target = jobs.storage.new_version(table)
-            self._write(frame, table, target, writer_options)
-            self._publish(table, target)
-        else:
-            final = f"{self.run_version}/{BATCH_PREFIX}{batch_id:012d}"
-            if not files.exists(final):
-                staged = f"{self.run_version}/_staged-{batch_id}-{uuid.uuid4().hex[:8]}"
-                self._write(frame, table, staged, writer_options)
-                files.rename(staged, final)
-            if table.storage.location.rstrip("/") != self.run_version.rstrip("/"):
-                self._publish(table, self.run_version)
-            else:
-                jobs.spark.catalog.refreshTable(table.quoted)   # new files: drop the cached listing
-        job = jobs.job(self.identifier)
-        if job is not None:
-            job.progress.last_published = time.time()
+            target = storage.new_version(table)
+            folder_writer(frame, table.storage.format, options, table.partition_keys).save(target)
+            self._publish(store, storage, table, target)
+            return
+        final = f"{self.run_version}/{BATCH_PREFIX}{batch_id:012d}"
+        if not storage.files.exists(final):
+            staged = f"{self.run_version}/_staged-{batch_id}-{uuid.uuid4().hex[:8]}"
+            folder_writer(frame, table.storage.format, options, table.partition_keys).save(staged)
+            storage.files.rename(staged, final)
+        if table.storage.location.rstrip("/") != self.run_version.rstrip("/"):
+            self._publish(store, storage, table, self.run_version)
 
-    @staticmethod
-    def _write(frame: DataFrame, table: MaterializedTable, path: str, options: dict[str, str]) -> None:
-        folder_writer(frame, table.storage.format, options, table.partition_keys).save(path)
-
-    def _publish(self, table: MaterializedTable, version: str) -> None:
-        jobs = self.jobs
-        jobs.storage.files.mkdirs(version)
-        published = jobs.storage.publish(table, version, {})
-        updated = jobs.store.update(self.identifier, lambda t: t.evolve(storage=published))
-        jobs.storage.sweep(updated, jobs._retention_s())
+    def _publish(self, store: CatalogStore, storage: TableStorage, table: MaterializedTable,
+                 version: str) -> None:
+        storage.files.mkdirs(version)
+        published = storage.publish(table, version, {})
+        updated = store.update(self.identifier, lambda t: t.evolve(storage=published))
+        storage.sweep(updated, self.retention_s)
 
 
 class _Listener(StreamingQueryListener):
-    def __init__(self, jobs: ContinuousJobs) -> None:
-        self._jobs = jobs
+    """One listener per session, for as long as the session lives, passing events to the job sets
+    that follow it. Never removed: removing a Spark Connect listener can deadlock with its own event
+    thread (PySpark 4.3 joins that thread while holding the lock the thread waits for)."""
+
+    _by_session: dict[int, tuple[Any, _Listener]] = {}
+    _guard = threading.Lock()
+
+    def __init__(self) -> None:
+        self._followers: weakref.WeakSet[ContinuousJobs] = weakref.WeakSet()
+
+    @classmethod
+    def follow(cls, spark: Any, jobs: ContinuousJobs) -> None:
+        with cls._guard:
+            entry = cls._by_session.get(id(spark))
+            if entry is None:      # the session is kept with its listener: its id stays its own
+                entry = cls._by_session[id(spark)] = (spark, cls())
+                spark.streams.addListener(entry[1])
+            entry[1]._followers.add(jobs)
+
+    @classmethod
+    def unfollow(cls, spark: Any, jobs: ContinuousJobs) -> None:
+        with cls._guard:
+            entry = cls._by_session.get(id(spark))
+            if entry is not None:
+                entry[1]._followers.discard(jobs)
 
     def onQueryStarted(self, event) -> None:
         pass
 
     def onQueryProgress(self, event) -> None:
         try:
-            self._jobs._progressed(str(event.progress.id), json.loads(event.progress.json))
+            progress = json.loads(event.progress.json)
+            for jobs in list(self._followers):
+                jobs._progressed(str(event.progress.id), progress)
         except Exception:   # noqa: BLE001 - a listener must never break Spark's event bus
             log.exception("Streaming progress")
 
@@ -264,6 +285,7 @@ class _Listener(StreamingQueryListener):
 
     def onQueryTerminated(self, event) -> None:
         try:
-            self._jobs._terminated(str(event.id), event.exception)
+            for jobs in list(self._followers):
+                jobs._terminated(str(event.id), event.exception)
         except Exception:   # noqa: BLE001
             log.exception("Streaming termination")

@@ -37,7 +37,7 @@ class RefreshScheduler:
     def __init__(self, refresh: Callable[[str, str], object], workers: int = 2) -> None:
         self._refresh = refresh
         self._scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(workers)},
+            executors={"default": ThreadPoolExecutor(workers, {"thread_name_prefix": "mt_magic-refresh"})},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None})
         self._scheduler.start()
 

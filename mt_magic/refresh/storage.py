@@ -12,15 +12,16 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from urllib.parse import unquote
-
 from typing import Any
+from urllib.parse import unquote
 
 from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage
 from mt_magic.errors import ValidationError
-from mt_magic.spark.catalog import check_data_source, partition_clause, switch_partition_locations
+from mt_magic.spark.catalog import (check_data_source, partition_clause, partition_metadata,
+                                    switch_partition_locations)
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import files_for
+from mt_magic.spark.session import is_connect
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
 
@@ -69,7 +70,8 @@ class TableStorage:
     def first_storage(self, root: str, fmt: str, owns_root: bool) -> Storage:
         """Where a new table's data is: an empty folder until the first refresh publishes."""
         root = self.files.qualify(root)
-        return Storage(root, fmt, f"{root}/{EMPTY_DIR}", (), owns_root)
+        return Storage(root, fmt, f"{root}/{EMPTY_DIR}", (), owns_root,
+                       catalog_partitions=not is_connect(self.spark))
 
     def create(self, table: MaterializedTable) -> None:
         """The Spark table, external, on its empty first version."""
@@ -81,7 +83,8 @@ class TableStorage:
         if self.exists(table):
             return
         self._create_table(table, table.storage)
-        self._add_partitions(table, {tuple(p.spec.items()): p.location for p in table.storage.partitions})
+        if table.storage.catalog_partitions:
+            self._add_partitions(table, {tuple(p.spec.items()): p.location for p in table.storage.partitions})
 
     def _create_table(self, table: MaterializedTable, storage: Storage) -> None:
         columns = ", ".join(
@@ -100,7 +103,8 @@ class TableStorage:
             ddl.append(f"COMMENT {sql_string(table.comment)}")
         ddl.append(f"LOCATION {sql_string(storage.location)}")
         ddl.append(f"TBLPROPERTIES ({sql_string(TABLE_PROPERTY)} = 'true')")
-        spark_call(lambda: self.spark.sql("\n".join(ddl)), f"Creating the Spark table {table.identifier}")
+        with partition_metadata(self.spark, storage.catalog_partitions):
+            spark_call(lambda: self.spark.sql("\n".join(ddl)), f"Creating the Spark table {table.identifier}")
 
     def add_columns(self, table: MaterializedTable, count: int) -> None:
         """ALTER AS appends nullable columns: the Spark table gets them too."""
@@ -130,11 +134,16 @@ class TableStorage:
     def publish(self, table: MaterializedTable, version: str, spec: dict[str, str]) -> Storage:
         """Make `version` what readers see: the whole table, or the partitions matching `spec`."""
         storage = table.storage
-        if not table.partition_keys:
+        if not table.partition_keys or not storage.catalog_partitions:
+            if table.partition_keys and spec:   # the partitions not rewritten come along, linked
+                for key, path in self._written_partitions(storage.location, table.partition_keys):
+                    if not all(dict(key).get(k) == v for k, v in spec.items()):
+                        self.files.link_tree(path, version.rstrip("/") + path[len(storage.location.rstrip("/")):])
             spark_call(lambda: self.spark.sql(
                 f"ALTER TABLE {table.quoted} SET LOCATION {sql_string(version)}"),
                 f"Publishing a new version of {table.identifier}")
-            return Storage(storage.root, storage.format, version, (), storage.owns_root)
+            return Storage(storage.root, storage.format, version, (), storage.owns_root,
+                           storage.catalog_partitions)
         written = dict(self._written_partitions(version, table.partition_keys))
         replaced = {tuple(p.spec.items()): p.location for p in storage.partitions
                     if all(p.spec.get(k) == v for k, v in spec.items())}

@@ -133,7 +133,7 @@ class QueryAnalyzer:
         """The relations that name tables or views (not CTEs), with their places in the text."""
         relations = self._connect_relations(query) if self._connect else self._jvm_relations(query)
         scopes = cte_scopes(query)
-        return [ref for ref in relations if not in_cte_scope(ref, scopes)]
+        return sorted((ref for ref in relations if not in_cte_scope(ref, scopes)), key=lambda r: r.start)
 
     def _reject_temporary_objects(self, query: str, relations: list[NameRef]) -> None:
         temporary_views = self._temporary_views() if relations else set()
@@ -204,4 +204,4 @@ class QueryAnalyzer:
                 "Could not place every table the query reads in its text (Spark reads "
                 f"{', '.join('.'.join(k) for k in sorted(expected.elements()))}); write each table "
                 "name plainly after FROM or JOIN.")
-        return sorted(found, key=lambda r: r.start)
+        return found

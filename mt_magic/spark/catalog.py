@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -30,6 +31,25 @@ def check_data_source(spark: Any, fmt: str) -> None:
         if _NO_DATA_SOURCE.search(spark_message(error)):
             raise ValidationError(f"Option 'format' = '{fmt}': Spark has no data source of that name "
                                   "here (built in: parquet, orc, json, csv, text).") from None
+
+
+@contextmanager
+def partition_metadata(spark: Any, in_catalog: bool) -> Iterator[None]:
+    """Tables created inside keep their partitions in the catalog, or (False) let Spark discover
+    them under the table's location, so that one location change switches them all."""
+    if in_catalog:
+        yield
+        return
+    key = "spark.sql.hive.manageFilesourcePartitions"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def partition_clause(spec: Mapping[str, str]) -> str:

@@ -60,8 +60,17 @@ def spark_call(action: Callable[[], R], what: str) -> R:
         raise SparkError(f"{what}: {spark_message(error)}") from None
 
 
+# Classes that only wrap the error that matters (a Python worker's, a stream's).
+_WRAPPERS = ("[PYTHON_EXCEPTION]", "[FOREACH_BATCH_USER_FUNCTION_ERROR]", "[STREAM_FAILED]",
+             "[STREAMING_PYTHON_RUNNER_INITIALIZATION_FAILURE]")
+
+
 def error_sentence(error: BaseException | str) -> str:
-    """Spark's own sentence: from its error class to the end of that line."""
+    """Spark's own sentence: from its error class to the end of that line; of nested errors (a
+    traceback from a Python worker), the innermost."""
     text = spark_message(error) if isinstance(error, BaseException) else error
-    match = re.search(r"\[[A-Z_.]+\][^\n]*", text)
-    return (match.group(0) if match else text.splitlines()[0] if text else "unknown error").strip()
+    sentences = [m.group(0).strip() for m in re.finditer(r"\[[A-Z_.]+\][^\n]*", text)]
+    inner = [s for s in sentences if not s.startswith(_WRAPPERS)]
+    if inner or sentences:
+        return re.sub(r"\s*SQLSTATE: \w+\s*$", "", (inner or sentences)[-1])
+    return (text.splitlines()[0] if text else "unknown error").strip()

@@ -56,6 +56,10 @@ class Files:
         """Seconds since the file was last modified, or None when there is no such file."""
         raise NotImplementedError
 
+    def link_tree(self, source: str, target: str) -> None:
+        """The files under `source` also under `target`: hard links where the store has them."""
+        raise NotImplementedError
+
     def is_empty_dir(self, path: str) -> bool:
         return not [e for e in self.list(path) if not e.name.startswith((".", "_"))]
 
@@ -68,6 +72,7 @@ class HadoopFiles(Files):
     def __init__(self, spark: Any) -> None:
         self._path_class = spark._jvm.org.apache.hadoop.fs.Path   # a lookup costs JVM round trips
         self._conf = spark._jsc.hadoopConfiguration()
+        self._file_util = spark._jvm.org.apache.hadoop.fs.FileUtil
 
     def _fs(self, path: str):
         jpath = self._path_class(path)
@@ -107,6 +112,11 @@ class HadoopFiles(Files):
             found = status.getPath().toString()
             entries.append(Entry(found, found.rstrip("/").rsplit("/", 1)[-1], bool(status.isDirectory())))
         return entries
+
+    def link_tree(self, source: str, target: str) -> None:
+        fs, jsource = self._fs(source)     # Hadoop's FileSystem has no hard links: a copy
+        target_fs, jtarget = self._fs(target)
+        self._file_util.copy(fs, jsource, target_fs, jtarget, False, self._conf)
 
     def age(self, path: str) -> float | None:
         fs, jpath = self._fs(path)
@@ -160,6 +170,14 @@ class LocalFiles(Files):
             return []
         with os.scandir(local) as entries:
             return [Entry("file:" + entry.path, entry.name, entry.is_dir()) for entry in entries]
+
+    def link_tree(self, source: str, target: str) -> None:
+        def link(src: str, dst: str) -> None:
+            try:
+                os.link(src, dst)
+            except OSError:       # another device, or links not supported: a copy
+                shutil.copy2(src, dst)
+        shutil.copytree(self._local(source), self._local(target), copy_function=link)
 
     def age(self, path: str) -> float | None:
         try:

@@ -22,12 +22,14 @@ def is_session(candidate: Any) -> bool:
 
 
 def active_session() -> Any | None:
-    """The thread's active session: a classic one, else a Connect one."""
-    session = SparkSession.getActiveSession()
-    if session is None and os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
+    """The thread's active session: in a Spark Connect client process the Connect one (a local
+    server's classic session may live in the same process), else the classic one."""
+    if os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
         from pyspark.sql.connect.session import SparkSession as ConnectSession
         session = ConnectSession.getActiveSession()
-    return session
+        if session is not None:
+            return session
+    return SparkSession.getActiveSession()
 
 
 @dataclass(frozen=True)
@@ -85,23 +87,39 @@ def local_session(app_name: str = "mt_magic", warehouse: str | None = None, remo
 
 
 def _connect_session(remote: str, app_name: str, conf: dict[str, str]) -> Any:
-    """`remote("local[N]")` starts the server in this process's JVM with the confs given (static
-    ones too); a running server keeps its own static confs."""
+    """A Spark Connect client. For 'local[N]' the server is a classic session of this process that
+    serves Connect on a free port (as PySpark's own local mode does, but never on a taken port)."""
     import warnings
 
-    builder = SparkSession.builder.remote(remote).appName(app_name)
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)   # inherited from a parent client process
+    if remote.startswith("local"):
+        port = _free_port()
+        builder = (SparkSession.builder.master(remote).appName(app_name)
+                   .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
+                   .config("spark.connect.grpc.binding.address", "127.0.0.1")
+                   .config("spark.connect.grpc.binding.port", str(port)))
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        server = builder.getOrCreate()
+        server.sparkContext.setLogLevel("ERROR")
+        for logger in ("org.apache.spark.sql.connect.utils.ErrorUtils", "SQLQueryContextLogger"):
+            _quiet(server._jvm, logger)
+        remote = f"sc://127.0.0.1:{port}"
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"    # PySpark's own mark of a Connect client process
+    client = ConnectSession.builder.remote(remote)
     for key, value in conf.items():
-        builder = builder.config(key, value)
-    with warnings.catch_warnings():   # the client cannot re-set the static confs it just passed on
+        client = client.config(key, value)
+    with warnings.catch_warnings():   # a running server keeps its static confs, and says so
         warnings.simplefilter("ignore", UserWarning)
-        spark = builder.getOrCreate()
-    from pyspark import SparkContext
-    server = SparkContext._active_spark_context    # a local server runs in this process's JVM
-    if server is not None:
-        server.setLogLevel("ERROR")
-        _quiet(server._jvm, "org.apache.spark.sql.connect.utils.ErrorUtils")
-        _quiet(server._jvm, "SQLQueryContextLogger")
-    return spark
+        return client.getOrCreate()
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def quiet_query_logs(spark: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from mt_magic.errors import ParseError, ValidationError
 from mt_magic.sql import statements as st
 from mt_magic.sql.freshness import FreshnessLiteral
@@ -14,7 +16,20 @@ _TYPE_STOPS = ("METADATA", "NOT", "NULL", "CONSTRAINT", "PRIMARY", "COMMENT")
 
 def parse(text: str) -> list[st.Statement]:
     """Every statement of `text`, in order. Raises ParseError with line and column."""
+    _check_encodable(text)
     return [_Parser(text, segment).statement() for segment in split(text)]
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_encodable(text: str) -> None:
+    """Text goes to Spark as UTF-8: a lone surrogate (possible in a Python str) cannot."""
+    found = _SURROGATE.search(text)
+    if found:
+        line, column = line_column(text, found.start())
+        raise ParseError(f"character U+{ord(found.group()):04X} is a lone surrogate, not text that UTF-8 "
+                         "can carry; remove it", line=line, column=column, text=_SURROGATE.sub("?", text))
 
 
 class _Parser:

@@ -1,0 +1,53 @@
+"""Every statement form that reaches Spark fails as one clean MaterializedTableError, in both kinds of
+session and in both --dry-run and execute: no py4j, gRPC or JVM text ever reaches a user."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from mt_magic import MaterializedTableError
+
+BRIDGE_TEXT = re.compile(r"py4j|grpc|JVM|An error occurred while calling|\bo\d+\.\w+|Traceback|\tat |"
+                         r"java\.|_MultiThreadedRendezvous|debug_error_string|StatusCode", re.I)
+
+FAILING = [
+    ("CREATE MATERIALIZED TABLE w (WATERMARK FOR ds AS ds) AS SELECT * FROM sales", "must be a TIMESTAMP"),
+    ("CREATE MATERIALIZED TABLE w (WATERMARK FOR ds AS ds -) AS SELECT * FROM sales", "ds -"),
+    ("CREATE MATERIALIZED TABLE x (amount BOGUS) AS SELECT * FROM sales", "amount"),
+    ("CREATE MATERIALIZED TABLE x AS SELECT no_such_function(ds) AS d FROM sales", "no_such_function"),
+    ("CREATE MATERIALIZED TABLE x AS SELECT CAST(ds AS NOTATYPE) AS d FROM sales", "NOTATYPE"),
+    ("CREATE MATERIALIZED TABLE x AS SELECT missing_column FROM sales", "missing_column"),
+    ("CREATE MATERIALIZED TABLE x AS SELECT * FROM sales WHERE", "parse"),
+    ("CREATE MATERIALIZED TABLE x (d AS no_such_function(ds)) AS SELECT * FROM sales", "no_such_function"),
+    ("CREATE MATERIALIZED TABLE x WITH ('format' = 'nope') AS SELECT * FROM sales", "format"),
+    ("CREATE TABLE c AS SELECT missing_column FROM sales", "missing_column"),
+    ("CREATE TABLE c WITH ('format' = 'nope') AS SELECT * FROM sales", "format"),
+    ("SELECT FROM WHERE", "FROM"),
+    ("SELECT * FROM (", "PARSE_SYNTAX_ERROR"),
+    ("SELECT * FROM nope", "nope"),
+    ("INSERT INTO nope VALUES (1)", "nope"),
+    ("DESCRIBE nope", "nope"),
+    ("SELECT CAST('x' AS INT) AS i", "CAST"),
+    ("SELECT 1 / 0 AS q", "DIVIDE_BY_ZERO"),
+    ("SET 'spark.sql.warehouse.dir' = '/elsewhere'", "spark.sql.warehouse.dir"),
+    ("SELECT '\ud800' AS s", "surrogate"),
+]
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "execute"])
+@pytest.mark.parametrize("statement, fragment", FAILING, ids=[str(i) for i in range(len(FAILING))])
+def test_spark_errors_are_clean(gw, sales, spark, statement, fragment, dry_run):
+    spark.conf.set("spark.sql.ansi.enabled", "true")
+    try:
+        gw.execute(statement, dry_run=dry_run)
+    except MaterializedTableError as error:
+        message = str(error)
+    else:
+        if dry_run and statement.startswith(("INSERT", "DESCRIBE", "SELECT CAST", "SELECT 1 /")):
+            return          # Spark checks its statements, and queries' values, when they run
+        pytest.fail(f"{statement!r} did not fail")
+    assert not BRIDGE_TEXT.search(message), message
+    assert fragment.lower() in message.lower()
+    assert gw.store.list() == []
