@@ -1,6 +1,6 @@
 """FLIP-218's Table API on Spark DataFrames: save_as(df, name).option(..).create().execute().
 
-The same atomicity as CREATE TABLE AS in SQL: the pipeline writes through mt_magic.table_as.
+The same atomicity as CREATE TABLE AS in SQL: the pipeline writes through mt_magic.storage.table_as.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from mt_magic.errors import ValidationError
 from mt_magic.results import Result
 from mt_magic.spark.analysis import QueryAnalyzer
 from mt_magic.sql.parser import parse
-from mt_magic.table_as import CREATE, IF_NOT_EXISTS, TableAsTarget, plan_target, write_table_as
+from mt_magic.storage.table_as import CREATE, IF_NOT_EXISTS, TableAsTarget, plan_target, write_table_as
 
 
 def save_as(frame: DataFrame, name: str) -> CreatingTable:

@@ -5,14 +5,27 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
+from enum import StrEnum
 from typing import Any
+
+from mt_magic.sql.freshness import RefreshMode
 
 SCHEMA_VERSION = 1
 HISTORY_LENGTH = 10                 # refreshes kept per table for the dashboard
 
-INITIALIZING = "INITIALIZING"
-ACTIVATED = "ACTIVATED"
-SUSPENDED = "SUSPENDED"
+
+class RefreshStatus(StrEnum):
+    INITIALIZING = "INITIALIZING"
+    ACTIVATED = "ACTIVATED"
+    SUSPENDED = "SUSPENDED"
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+INITIALIZING, ACTIVATED, SUSPENDED = RefreshStatus.INITIALIZING, RefreshStatus.ACTIVATED, RefreshStatus.SUSPENDED
 
 
 def now_iso() -> str:
@@ -55,11 +68,15 @@ class RefreshOutcome:
 
     started_at: str
     duration_s: float
-    outcome: str                    # SUCCEEDED / FAILED
+    outcome: Outcome
     rows: int | None = None
     partition: dict[str, str] = field(default_factory=dict)
     schedule_time: str | None = None
     error: str | None = None
+
+    @classmethod
+    def from_document(cls, doc: dict) -> RefreshOutcome:
+        return cls(**{**doc, "outcome": Outcome(doc["outcome"])})
 
 
 @dataclass(frozen=True)
@@ -72,9 +89,9 @@ class MaterializedTable:
     definition_query: str
     original_query: str
     freshness: str                       # IntervalFreshness text, e.g. '1 HOUR'
-    logical_refresh_mode: str
-    refresh_mode: str
-    refresh_status: str
+    logical_refresh_mode: RefreshMode
+    refresh_mode: RefreshMode
+    refresh_status: RefreshStatus
     storage: Storage
     primary_key: dict | None = None      # {'name': ..., 'columns': [...]}
     watermark: dict | None = None        # {'column': ..., 'expression': ...}
@@ -124,8 +141,11 @@ class MaterializedTable:
         storage["partitions"] = tuple(PartitionLocation(**p) for p in storage["partitions"])
         doc["storage"] = Storage(**storage)
         if doc.get("last_refresh"):
-            doc["last_refresh"] = RefreshOutcome(**doc["last_refresh"])
-        doc["refresh_history"] = tuple(RefreshOutcome(**r) for r in doc.get("refresh_history", ()))
+            doc["last_refresh"] = RefreshOutcome.from_document(doc["last_refresh"])
+        doc["refresh_history"] = tuple(RefreshOutcome.from_document(r) for r in doc.get("refresh_history", ()))
+        doc["refresh_status"] = RefreshStatus(doc["refresh_status"])
+        for key in ("refresh_mode", "logical_refresh_mode"):
+            doc[key] = RefreshMode(doc[key])
         for key in ("query_columns", "partition_keys", "source_tables"):
             doc[key] = tuple(doc[key])
         return cls(**doc)

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mt_magic import config as cfg
-from mt_magic.catalog.model import ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable, RefreshOutcome, now_iso
+from mt_magic.catalog.model import (ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable, Outcome,
+                                    RefreshOutcome, now_iso)
 from mt_magic.errors import (ExecutionError, MaterializedTableError, StateError, TableNotFoundError,
                              ValidationError)
 from mt_magic.manager.workspace import Workspace
@@ -199,7 +200,7 @@ class Pipelines:
                 result = run_refresh(self.ws.spark, self.ws.storage, current, spec, dynamic)
             except BaseException as error:
                 message = str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
-                outcome = RefreshOutcome(started_at, time.monotonic() - started, "FAILED", None, spec,
+                outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.FAILED, None, spec,
                                          schedule_time, message)
                 self.ws.store.update(identifier, lambda t: t.with_refresh(outcome))
                 if isinstance(error, MaterializedTableError):
@@ -208,7 +209,7 @@ class Pipelines:
                 raise
             finally:
                 self._running.discard(identifier)
-            outcome = RefreshOutcome(started_at, result.duration_s, "SUCCEEDED", result.rows, spec,
+            outcome = RefreshOutcome(started_at, result.duration_s, Outcome.SUCCEEDED, result.rows, spec,
                                      schedule_time)
             updated = self.ws.store.update(identifier, lambda t: t.with_refresh(outcome, storage=result.storage))
             self.ws.storage.sweep(updated, self.ws.retention_s())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from mt_magic.catalog.model import MaterializedTable, RefreshOutcome
+from mt_magic.catalog.model import MaterializedTable, Outcome, RefreshOutcome
 from mt_magic.gateway import Gateway
 from mt_magic.manager.pipelines import PipelineState
 from mt_magic.sql.freshness import IntervalFreshness
@@ -16,7 +16,7 @@ class Refresh:
     started_at: datetime
     duration_s: float
     rows: int | None
-    outcome: str
+    outcome: Outcome
     target: str                        # 'whole table', 'ds=2024-01-02', 'batch 7'
     error: str | None = None
 
@@ -58,7 +58,7 @@ def _status(state: PipelineState, tables: list[MaterializedTable], now: datetime
     history = _history(state)
     published = _published_at(state, history)
     handler = table.refresh_handler
-    error = handler.get("failure") or (history[-1].error if history and history[-1].outcome == "FAILED"
+    error = handler.get("failure") or (history[-1].error if history and history[-1].outcome == Outcome.FAILED
                                        else None)
     return TableStatus(
         name=table.name, identifier=table.identifier, mode=table.refresh_mode,
@@ -79,7 +79,7 @@ def _history(state: PipelineState) -> list[Refresh]:
     for batch in (progress.history if progress else []):
         if batch.get("timestamp"):
             history.append(Refresh(_parse(batch["timestamp"]), (batch.get("processing_ms") or 0) / 1000,
-                                   batch.get("input_rows"), "SUCCEEDED", f"batch {batch['batch_id']}"))
+                                   batch.get("input_rows"), Outcome.SUCCEEDED, f"batch {batch['batch_id']}"))
     return sorted(history, key=lambda r: r.started_at)[-10:]
 
 
@@ -87,7 +87,7 @@ def _published_at(state: PipelineState, history: list[Refresh]) -> datetime | No
     progress = state.progress
     if progress is not None and progress.last_published:
         return datetime.fromtimestamp(progress.last_published, timezone.utc)
-    done = [r for r in history if r.outcome == "SUCCEEDED" and not r.target.startswith("batch")]
+    done = [r for r in history if r.outcome == Outcome.SUCCEEDED and not r.target.startswith("batch")]
     return done[-1].started_at + timedelta(seconds=done[-1].duration_s) if done else None
 
 

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from mt_magic.catalog.model import Column, MaterializedTable, Storage
-from mt_magic.refresh.storage import TableStorage, data_source_options, folder_writer
+from mt_magic.storage.versions import TableStorage, data_source_options, folder_writer
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.jobs import job_scope
 from mt_magic.spark.types import type_from_json, type_sql

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from datetime import datetime, timedelta
 
 from mt_magic.errors import ValidationError
@@ -12,9 +13,15 @@ _UNIT_SECONDS = {"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400}
 # FULL mode: the values allowed per unit, and the bound they must stay below (spec §3.6).
 _CRON_BOUND = {"SECOND": 60, "MINUTE": 60, "HOUR": 24}
 
-CONTINUOUS = "CONTINUOUS"
-FULL = "FULL"
-AUTOMATIC = "AUTOMATIC"
+class RefreshMode(StrEnum):
+    """Declared (logical) modes include AUTOMATIC; a table runs (physically) FULL or CONTINUOUS."""
+
+    CONTINUOUS = "CONTINUOUS"
+    FULL = "FULL"
+    AUTOMATIC = "AUTOMATIC"
+
+
+CONTINUOUS, FULL, AUTOMATIC = RefreshMode.CONTINUOUS, RefreshMode.FULL, RefreshMode.AUTOMATIC
 
 
 @dataclass(frozen=True)
@@ -126,15 +133,16 @@ class IntervalFreshness:
 
 @dataclass(frozen=True)
 class ModeDecision:
-    logical_mode: str
+    logical_mode: RefreshMode
     freshness: IntervalFreshness
-    refresh_mode: str
+    refresh_mode: RefreshMode
 
 
 def derive_refresh_mode(declared: IntervalFreshness | None, logical_mode: str,
                         threshold: timedelta, default_continuous: timedelta,
                         default_full: timedelta) -> ModeDecision:
     """Spec §3.4: defaults per mode, strictly-below-threshold gives CONTINUOUS, FULL checks cron."""
+    logical_mode = RefreshMode(logical_mode)
     if declared is not None:
         freshness = declared
     elif logical_mode == FULL:

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from mt_magic.errors import ValidationError
-from mt_magic.refresh.storage import TABLE_PROPERTY, data_source_format, data_source_options, folder_writer
+from mt_magic.storage.versions import TABLE_PROPERTY, data_source_format, data_source_options, folder_writer
 from mt_magic.results import Result
 from mt_magic.spark.catalog import (database_location, partition_locations, switch_partition_locations,
                                     table_facts)

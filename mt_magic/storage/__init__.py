@@ -1,0 +1,1 @@
+"""Table data: version folders and atomic publishing, and CREATE TABLE AS staging."""
