@@ -50,14 +50,18 @@ class QueryAnalyzer:
 
     # ----------------------------------------------------------------- names
     def current(self) -> tuple[str, str]:
+        """The session's current catalog and database (one round trip over Connect)."""
+        if self._connect:
+            row = self.spark.sql("SELECT current_catalog(), current_database()").collect()[0]
+            return row[0], row[1]
         return self.spark.catalog.currentCatalog(), self.spark.catalog.currentDatabase()
 
     def normalize(self, part: str) -> str:
         return part if self.spark.conf.get("spark.sql.caseSensitive") == "true" else part.lower()
 
-    def qualify(self, parts: tuple[str, ...]) -> tuple[str, str, str]:
+    def qualify(self, parts: tuple[str, ...], current: tuple[str, str] | None = None) -> tuple[str, str, str]:
         """[catalog.][database.]name against the session's current catalog and database."""
-        catalog, database = self.current()
+        catalog, database = current or self.current()
         if len(parts) == 3:
             catalog, database, name = parts
         elif len(parts) == 2 and is_catalog(self.spark, parts[0]):
@@ -80,8 +84,9 @@ class QueryAnalyzer:
         self._reject_temporary_objects(query, relations)
         edits: list[tuple[int, int, str]] = []
         sources: list[str] = []
+        current = self.current() if relations else None
         for ref in relations:
-            qualified = self.qualify(ref.parts)
+            qualified = self.qualify(ref.parts, current)
             sources.append(".".join(qualified))
             edits.append((ref.start, ref.stop, ".".join(quote_identifier(p) for p in qualified)))
         definition = query
@@ -104,8 +109,10 @@ class QueryAnalyzer:
         The alias keeps `t.column` references working; a relation that has its own alias keeps it.
         """
         text = definition_query
-        for ref in sorted(self._table_relations(definition_query), key=lambda r: r.start, reverse=True):
-            if ".".join(self.qualify(ref.parts)).lower() in static:
+        relations = self._table_relations(definition_query)
+        current = self.current() if relations else None
+        for ref in sorted(relations, key=lambda r: r.start, reverse=True):
+            if ".".join(self.qualify(ref.parts, current)).lower() in static:
                 continue
             following = tokenize(text[ref.stop + 1:])
             aliased = bool(following) and (following[0].is_word("AS") or (
