@@ -15,37 +15,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 
-REPEATS = 5
-QUERY = "SELECT ds, product_id, SUM(amount) AS total, COUNT(*) AS n FROM src GROUP BY ds, product_id"
-PLAIN_QUERY = f"SELECT product_id, total, n, ds FROM ({QUERY})"
-
-
-def timed(action) -> float:
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
-
-
-def median(action, repeats: int = REPEATS) -> float:
-    return statistics.median(timed(action) for _ in range(repeats))
+from workload import PLAIN_QUERY, QUERY, REPEATS, median, open_workload, timed
 
 
 def measure(remote: str | None) -> dict:
-    from mt_magic import Gateway
-    from mt_magic.session import local_session
-
-    work = tempfile.mkdtemp(prefix="mt_magic-bench-")
-    spark = local_session("mt_magic-bench", warehouse=os.path.join(work, "warehouse"), remote=remote)
-    gateway = Gateway(spark, catalog_store=os.path.join(work, "store", "catalog.json"))
+    spark, gateway = open_workload(300000, 30, remote)
     try:
-        spark.sql("CREATE TABLE src USING parquet PARTITIONED BY (ds) AS SELECT "
-                  "date_format(date_add(DATE'2024-01-01', CAST(id % 30 AS INT)), 'yyyy-MM-dd') AS ds, "
-                  "CAST(id % 1000 AS INT) AS product_id, CAST(id % 97 AS DOUBLE) AS amount FROM range(300000)")
-        spark.sql(f"CREATE TABLE plain USING parquet PARTITIONED BY (ds) AS {QUERY} LIMIT 0")
-        spark.conf.set("spark.sql.sources.partitionOverwriteMode", "static")
         gateway.execute(f"CREATE MATERIALIZED TABLE mt PARTITIONED BY (ds) FRESHNESS = INTERVAL '1' DAY AS {QUERY}")
         plain_times, mt_times = [], []
         for _ in range(REPEATS):     # alternating, so drift hits both alike

@@ -9,41 +9,14 @@
 
 from __future__ import annotations
 
-import os
 import statistics
-import tempfile
-import time
 
-from mt_magic import Gateway
-from mt_magic.session import local_session
-
-REPEATS = 5
-QUERY = "SELECT ds, product_id, SUM(amount) AS total, COUNT(*) AS n FROM src GROUP BY ds, product_id"
-# Spark stores partition columns last, so the plain INSERT names them in that order.
-PLAIN_QUERY = f"SELECT product_id, total, n, ds FROM ({QUERY})"
-
-
-def timed(action) -> float:
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
-
-
-def median(action, repeats: int = REPEATS) -> float:
-    return statistics.median(timed(action) for _ in range(repeats))
+from workload import PLAIN_QUERY, QUERY, REPEATS, median, open_workload, timed
 
 
 def main() -> None:
-    work = tempfile.mkdtemp(prefix="mt_magic-bench-")
-    spark = local_session("mt_magic-bench", warehouse=os.path.join(work, "warehouse"))
-    gateway = Gateway(spark, catalog_store=os.path.join(work, "store", "catalog.json"))
+    spark, gateway = open_workload(1000000, 100)
     try:
-        spark.sql("CREATE TABLE src USING parquet PARTITIONED BY (ds) AS SELECT "
-                  "date_format(date_add(DATE'2024-01-01', CAST(id % 100 AS INT)), 'yyyy-MM-dd') AS ds, "
-                  "CAST(id % 1000 AS INT) AS product_id, CAST(id % 97 AS DOUBLE) AS amount FROM range(1000000)")
-        spark.sql(f"CREATE TABLE plain USING parquet PARTITIONED BY (ds) AS {QUERY} LIMIT 0")
-        spark.conf.set("spark.sql.sources.partitionOverwriteMode", "static")
-
         # (a) full refresh ÷ INSERT OVERWRITE, alternating so drift hits both alike
         gateway.execute(f"CREATE MATERIALIZED TABLE mt PARTITIONED BY (ds) "
                         f"WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd') "

@@ -9,10 +9,10 @@ import time
 import pytest
 from pyspark.errors import AnalysisException
 
-from mt_magic.spark.jobs import cancel_jobs
 from mt_magic import MaterializedTableError, parse, save_as
+from mt_magic.spark.jobs import cancel_jobs
 from mt_magic.sql import statements as st
-from helpers import table_rows, wait_for
+from helpers import table_rows
 
 FAILING = "SELECT id, IF(id = 7, raise_error('bad row'), CAST(id % 3 AS STRING)) AS g FROM range(10)"
 

@@ -8,7 +8,6 @@ crash before the publish leaves the old version in place.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
