@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from mt_magic.errors import MaterializedTableError, SparkError
+from mt_magic.manager.describe import describe_dict
 from mt_magic.manager.lifecycle import Lifecycle
 from mt_magic.manager.pipelines import PipelineState, Pipelines
 from mt_magic.manager.plans import Planner
 from mt_magic.manager.workspace import Workspace
-from mt_magic.manager.describe import describe_dict
 from mt_magic.results import Result
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
 from mt_magic.spark.session import active_session

@@ -13,15 +13,14 @@ from dataclasses import dataclass
 
 from mt_magic import config as cfg
 from mt_magic.catalog.model import ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable, Storage
-from mt_magic.manager.describe import describe_rows, show_create
 from mt_magic.errors import StateError, TableNotFoundError, ValidationError
+from mt_magic.manager.describe import describe_rows, show_create
 from mt_magic.manager.lifecycle import Lifecycle
 from mt_magic.manager.pipelines import Pipelines, check_partition_spec
 from mt_magic.manager.schema import (check_formatters, check_partition_keys, column_from_field,
                                      computed_type, derive_schema)
 from mt_magic.manager.workspace import Workspace
 from mt_magic.refresh.full import shape
-from mt_magic.storage.versions import RESERVED_OPTIONS, data_source_format
 from mt_magic.results import Result
 from mt_magic.spark.analysis import AnalyzedQuery
 from mt_magic.spark.errors import spark_call
@@ -29,6 +28,7 @@ from mt_magic.spark.jobs import job_scope
 from mt_magic.sql import statements as st
 from mt_magic.sql.freshness import AUTOMATIC, CONTINUOUS, IntervalFreshness
 from mt_magic.storage.table_as import CREATE, IF_NOT_EXISTS, REPLACE, plan_target, write_table_as
+from mt_magic.storage.versions import RESERVED_OPTIONS, data_source_format
 
 RESULT_LIMIT = 1000
 

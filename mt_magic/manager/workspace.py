@@ -9,12 +9,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from mt_magic import config as cfg
-from mt_magic.catalog.model import MaterializedTable
+from mt_magic.catalog.model import INITIALIZING, MaterializedTable
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import StateError, TableNotFoundError, ValidationError
-from mt_magic.catalog.model import INITIALIZING
-from mt_magic.storage.versions import TableStorage
 from mt_magic.spark.analysis import QueryAnalyzer
+from mt_magic.storage.versions import TableStorage
 from mt_magic.sql import statements as st
 from mt_magic.sql.freshness import IntervalFreshness, ModeDecision, derive_refresh_mode
 from mt_magic.sql.parser import parse
