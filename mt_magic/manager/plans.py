@@ -108,7 +108,7 @@ class Planner:
         identifier = f"{catalog}.{database}.{name}"
         analyzed = self._analyze(statement.query, identifier)
         schema = derive_schema(statement, analyzed.schema,
-                               computed_type(self.ws.spark.sql(analyzed.definition_query)))
+                               computed_type(lambda: self.ws.spark.sql(analyzed.definition_query)))
         partition_keys = check_partition_keys(statement.partition_keys, schema.columns)
         check_formatters(statement.options, partition_keys, schema.columns)
         storage = self._new_storage(statement.options, catalog, database, name)
@@ -150,7 +150,7 @@ class Planner:
         _check_reserved(table, statement.options, list(statement.options) + list(table.options))
         analyzed = self._analyze(statement.query, table.identifier)
         schema = derive_schema(statement, analyzed.schema,
-                               computed_type(self.ws.spark.sql(analyzed.definition_query)))
+                               computed_type(lambda: self.ws.spark.sql(analyzed.definition_query)))
         check_formatters(statement.options, table.partition_keys, schema.columns)
         changes: dict = {"options": dict(statement.options), "comment": statement.comment}
         if statement.columns or statement.primary_key or statement.watermark:
@@ -291,7 +291,7 @@ class Planner:
         target = plan_target(spark, self.ws.analyzer.resolve(statement.name), statement.options, mode,
                              statement.partition_keys, statement.comment)
         source = spark_call(lambda: spark.sql(statement.query), "The query")
-        schema = derive_schema(statement, source.schema, computed_type(source))
+        schema = derive_schema(statement, source.schema, computed_type(lambda: source))
         check_partition_keys(statement.partition_keys, schema.columns)
 
         def write() -> Result:

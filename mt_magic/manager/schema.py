@@ -29,10 +29,15 @@ class TableSchema:
     watermark: dict | None
 
 
-def computed_type(source: DataFrame) -> ComputedType:
-    """A computed column's type, as Spark derives it over the query's output."""
+def computed_type(source: Callable[[], DataFrame]) -> ComputedType:
+    """A computed column's type, as Spark derives it over the query's output. The query's DataFrame
+    is only built when a computed column or a watermark asks (an analysis is a round trip)."""
+    frames: list[DataFrame] = []
+
     def derive(expression: str) -> tuple[T.DataType, bool]:
-        field = spark_call(lambda: source.selectExpr(f"({expression}) AS c").schema.fields[0],
+        if not frames:
+            frames.append(source())
+        field = spark_call(lambda: frames[0].selectExpr(f"({expression}) AS c").schema.fields[0],
                            f"Computed column expression '{expression}'")
         return field.dataType, field.nullable
     return derive
