@@ -84,24 +84,33 @@ def cte_scopes(text: str) -> list[tuple[str, int, int]]:
     closing = _closing_parens(tokens)
     scopes: list[tuple[str, int, int]] = []
     for index, token in enumerate(tokens):
-        if not token.is_word("WITH"):
-            continue
-        end = _enclosing_end(tokens, index, closing, len(text))
-        i = index + 1 + (1 if index + 1 < len(tokens) and tokens[index + 1].is_word("RECURSIVE") else 0)
-        while i < len(tokens) and tokens[i].kind in (Kind.WORD, Kind.QUOTED):
-            name = tokens[i].value
-            i += 1
-            if i < len(tokens) and tokens[i].is_symbol("("):          # column names
-                i = closing.get(i, len(tokens) - 1) + 1
-            if not (i + 1 < len(tokens) and tokens[i].is_word("AS") and tokens[i + 1].is_symbol("(")):
-                break
-            body_end = closing.get(i + 1, len(tokens) - 1)
-            scopes.append((name.lower(), tokens[body_end].end, end))
-            i = body_end + 1
-            if not (i < len(tokens) and tokens[i].is_symbol(",")):
-                break
-            i += 1
+        if token.is_word("WITH"):
+            end = _enclosing_end(tokens, index, closing, len(text))
+            definitions, _, _ = _with_clause(tokens, index, closing)
+            scopes.extend((name.lower(), tokens[body_end].end, end) for name, body_end in definitions)
     return scopes
+
+
+def _with_clause(tokens: list[Token], index: int,
+                 closing: dict[int, int]) -> tuple[list[tuple[str, int]], int, bool]:
+    """The WITH clause at tokens[index]: each CTE's name and the index of its body's ')', the index
+    after the clause, and whether every name had its `AS (…)`."""
+    definitions: list[tuple[str, int]] = []
+    i = index + 1 + (1 if index + 1 < len(tokens) and tokens[index + 1].is_word("RECURSIVE") else 0)
+    while i < len(tokens) and tokens[i].kind in (Kind.WORD, Kind.QUOTED):
+        name = tokens[i].value
+        i += 1
+        if i < len(tokens) and tokens[i].is_symbol("("):          # column names
+            i = closing.get(i, len(tokens) - 1) + 1
+        if not (i + 1 < len(tokens) and tokens[i].is_word("AS") and tokens[i + 1].is_symbol("(")):
+            return definitions, i, False
+        body_end = closing.get(i + 1, len(tokens) - 1)
+        definitions.append((name, body_end))
+        i = body_end + 1
+        if not (i < len(tokens) and tokens[i].is_symbol(",")):
+            break
+        i += 1
+    return definitions, i, True
 
 
 def in_cte_scope(ref: NameRef, scopes: list[tuple[str, int, int]]) -> bool:
@@ -134,20 +143,11 @@ def is_query(text: str) -> bool:
     """The text is a query (after any WITH clause: SELECT, VALUES, FROM, TABLE or a parenthesis),
     so Spark can analyse it without running anything."""
     tokens = tokenize(text)
-    closing = _closing_parens(tokens)
     i = 0
     if tokens and tokens[0].is_word("WITH"):
-        i = 1 + (1 if len(tokens) > 1 and tokens[1].is_word("RECURSIVE") else 0)
-        while i < len(tokens) and tokens[i].kind in (Kind.WORD, Kind.QUOTED):
-            i += 1
-            if i < len(tokens) and tokens[i].is_symbol("("):
-                i = closing.get(i, len(tokens) - 1) + 1
-            if not (i + 1 < len(tokens) and tokens[i].is_word("AS") and tokens[i + 1].is_symbol("(")):
-                return False
-            i = closing.get(i + 1, len(tokens) - 1) + 1
-            if not (i < len(tokens) and tokens[i].is_symbol(",")):
-                break
-            i += 1
+        _, i, complete = _with_clause(tokens, 0, _closing_parens(tokens))
+        if not complete:
+            return False
     if not (i < len(tokens) and (tokens[i].is_word(*_QUERY_STARTS) or tokens[i].is_symbol("("))):
         return False
     depth = 0
