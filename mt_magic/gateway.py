@@ -68,8 +68,9 @@ class Gateway:
         return results
 
     def _run(self, statement, dry_run: bool) -> Result:
-        plan = self._planner.plan(statement)
-        return Result.ok(f"Valid: {plan.summary()}.") if dry_run else plan.apply()
+        with self._ws.analyzer.pinned():
+            plan = self._planner.plan(statement)
+            return Result.ok(f"Valid: {plan.summary()}.") if dry_run else plan.apply()
 
     @staticmethod
     def _guarded(action):

@@ -10,6 +10,8 @@ import pytest
 
 from mt_magic import ValidationError
 from mt_magic.spark.analysis import QueryAnalyzer
+from mt_magic.spark.catalog import TableLookup, lookup_table
+from mt_magic.spark.commands import command_rows
 
 
 @pytest.fixture
@@ -92,6 +94,65 @@ def test_temporary_objects_are_refused(spark, analyzer):
     spark.udf.register("plus_one", lambda x: x + 1, "int")
     with pytest.raises(ValidationError, match="temporary function plus_one"):
         analyzer.analyze("SELECT plus_one(id) AS x FROM users")
+
+
+def test_temporary_views_are_found_in_the_analysed_plan(spark, analyzer, db):
+    spark.sql("CREATE TEMPORARY VIEW sales AS SELECT 'x' AS ds")          # shadows the table
+    with pytest.raises(ValidationError, match="temporary view sales"):
+        analyzer.analyze("SELECT * FROM sales")
+    assert analyzer.analyze(f"SELECT * FROM {db}.sales").sources == (f"spark_catalog.{db}.sales",)
+    spark.sql("CREATE TEMPORARY VIEW `odd``name.v` AS SELECT * FROM users")
+    spark.sql("CREATE TEMPORARY VIEW outer_v AS SELECT * FROM `odd``name.v`")
+    with pytest.raises(ValidationError, match="temporary view outer_v"):
+        analyzer.analyze("SELECT id FROM users WHERE id IN (SELECT id FROM outer_v)")
+    spark.sql("CREATE OR REPLACE GLOBAL TEMPORARY VIEW gv AS SELECT 1 AS id")
+    with pytest.raises(ValidationError, match="temporary view global_temp.gv"):
+        analyzer.analyze("SELECT * FROM global_temp.gv")
+    assert analyzer.analyze("SELECT * FROM v").sources == (f"spark_catalog.{db}.v",)   # a persistent view
+
+
+def test_temporary_functions_among_builtins(spark, analyzer):
+    spark.udf.register("plus_two", lambda x: x + 2, "int")
+    assert analyzer.analyze("SELECT upper(name) AS n, COUNT(*) AS c FROM users GROUP BY name").sources
+    with pytest.raises(ValidationError, match="temporary function plus_two"):
+        analyzer.analyze("WITH w AS (SELECT plus_two(id) AS x FROM users) SELECT x FROM w")
+
+
+def test_current_database_that_needs_quotes(spark, analyzer, db):
+    """Spark quotes an all-digit name when it shows the current namespace."""
+    spark.sql("CREATE DATABASE IF NOT EXISTS `2024`")
+    spark.sql("CREATE TABLE IF NOT EXISTS `2024`.t (id INT) USING parquet")
+    spark.sql("USE `2024`")
+    try:
+        assert analyzer.current() == ("spark_catalog", "2024")
+        assert analyzer.analyze("SELECT * FROM t").sources == ("spark_catalog.2024.t",)
+    finally:
+        spark.catalog.setCurrentDatabase(db)
+
+
+def test_pinned_statement_asks_the_session_once(spark, analyzer, db):
+    with analyzer.pinned():
+        assert analyzer.current() == ("spark_catalog", db)
+        spark.catalog.setCurrentDatabase("analysis_other")
+        assert analyzer.current() == ("spark_catalog", db)
+    assert analyzer.current() == ("spark_catalog", "analysis_other")
+    spark.catalog.setCurrentDatabase(db)
+
+
+def test_table_lookup(spark, analyzer, db):
+    spark.sql("CREATE TABLE `1999` (id INT) USING parquet")
+    spark.sql("CREATE TEMPORARY VIEW only_temp AS SELECT 1 AS id")
+    cases = {"sales": TableLookup.EXISTS, "v": TableLookup.EXISTS, "1999": TableLookup.EXISTS,
+             "199": TableLookup.MISSING, "a(b*": TableLookup.MISSING, "sale": TableLookup.MISSING, "only_temp": TableLookup.MISSING}
+    for name, expected in cases.items():
+        assert lookup_table(spark, "spark_catalog", db, name) is expected, name
+    assert lookup_table(spark, "spark_catalog", "no_such_db", "sales") is TableLookup.NO_DATABASE
+
+
+def test_command_rows_are_the_rows_spark_returns(spark, analyzer, db):
+    for command in ("SHOW TABLES", "DESCRIBE TABLE EXTENDED sales", "SHOW USER FUNCTIONS",
+                    "SHOW CURRENT NAMESPACE"):
+        assert command_rows(spark, command) == [tuple(r) for r in spark.sql(command).collect()], command
 
 
 def test_only_queries_are_analysed(spark, analyzer):

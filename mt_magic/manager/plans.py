@@ -23,6 +23,7 @@ from mt_magic.manager.workspace import Workspace
 from mt_magic.refresh.full import shape
 from mt_magic.results import Result
 from mt_magic.spark.analysis import AnalyzedQuery
+from mt_magic.spark.catalog import TableLookup, lookup_table
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.jobs import job_scope
 from mt_magic.sql import statements as st
@@ -84,12 +85,13 @@ class Planner:
             if not statement.or_alter:
                 raise ValidationError(f"Materialized table {identifier} already exists.")
             return self._create_or_alter(existing, statement)
-        if self.ws.spark_table_exists(identifier):
+        lookup = lookup_table(self.ws.spark, catalog, database, name)
+        if lookup is TableLookup.EXISTS:
             if statement.or_alter:
                 raise ValidationError(f"Table {identifier}: Regular table does not support create or "
                                       "alter operation.")
             raise ValidationError(f"Table {identifier} already exists and is not a materialized table.")
-        if not self.ws.spark.catalog.databaseExists(f"{catalog}.{database}"):
+        if lookup is TableLookup.NO_DATABASE:
             raise ValidationError(f"Database '{catalog}'.'{database}' doesn't exist.")
         table = self._new_table(statement, catalog, database, name)
         if table.refresh_mode == CONTINUOUS:
@@ -306,9 +308,9 @@ class Planner:
         if statement.database is not None:
             parts = statement.database.parts
             catalog, database = (parts if len(parts) == 2 else (catalog, parts[0]))
-        catalog, database = analyzer.normalize(catalog), analyzer.normalize(database)
-        if not self.ws.spark.catalog.databaseExists(f"{catalog}.{database}"):
-            raise ValidationError(f"Database '{catalog}'.'{database}' doesn't exist.")
+            catalog, database = analyzer.normalize(catalog), analyzer.normalize(database)
+            if not self.ws.spark.catalog.databaseExists(f"{catalog}.{database}"):
+                raise ValidationError(f"Database '{catalog}'.'{database}' doesn't exist.")
 
         def show() -> Result:
             names = [t.name for t in self.ws.store.list() if (t.catalog, t.database) == (catalog, database)]

@@ -13,6 +13,7 @@ from mt_magic.catalog.model import INITIALIZING, MaterializedTable
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import StateError, TableNotFoundError, ValidationError
 from mt_magic.spark.analysis import QueryAnalyzer
+from mt_magic.spark.catalog import TableLookup, lookup_table
 from mt_magic.storage.versions import TableStorage
 from mt_magic.sql import statements as st
 from mt_magic.sql.freshness import IntervalFreshness, ModeDecision, derive_refresh_mode
@@ -45,18 +46,15 @@ class Workspace:
         return catalog, database, table
 
     def load(self, name: st.ObjectName) -> MaterializedTable:
-        identifier = ".".join(self.identifier(name))
+        parts = self.identifier(name)
+        identifier = ".".join(parts)
         table = self.store.get(identifier)
         if table is not None:
             return table
-        if self.spark_table_exists(identifier):
+        if lookup_table(self.spark, *parts) is TableLookup.EXISTS:
             raise ValidationError(f"Table {identifier} is not a materialized table, does not support "
                                   "materialized table related operation.")
         raise TableNotFoundError(f"Materialized table with identifier {identifier} does not exist.")
-
-    def spark_table_exists(self, identifier: str) -> bool:
-        quoted = ".".join(st.quote_identifier(p) for p in identifier.split(".", 2))
-        return bool(self.spark.catalog.tableExists(quoted))
 
     # ------------------------------------------------------------- rules
     def decide_mode(self, freshness: IntervalFreshness | None, logical_mode: str) -> ModeDecision:

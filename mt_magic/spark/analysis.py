@@ -9,14 +9,18 @@ Everything after that (CTE scopes, temporary objects, qualified text, streaming 
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import types as T
 
 from mt_magic.errors import SparkError, ValidationError
-from mt_magic.spark.catalog import is_catalog, temporary_functions
+from mt_magic.spark.catalog import builtin_functions, is_catalog, temporary_functions
+from mt_magic.spark.commands import command_rows
 from mt_magic.spark.errors import SPARK_ERRORS, error_class, spark_call, spark_message
 from mt_magic.spark.session import is_connect
 from mt_magic.sql.relations import NameRef, cte_scopes, in_cte_scope, is_query, relation_positions
@@ -40,24 +44,58 @@ _CLAUSE_WORDS = ("WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "JOIN", "LEFT", "
 # Statements that only read, so Spark can analyse them without running anything.
 _QUERY_WORDS = ("SELECT", "WITH", "VALUES", "FROM", "TABLE")
 _PARSED_RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[.*\], (?:true|false)$", re.M)
+# A view in an analysed plan: persistent views print catalog.database.name, temporary ones fewer parts.
+_VIEW = re.compile(r"^[ :|+-]*View \(((?:`(?:[^`]|``)*`\.?)+), \[", re.M)
+_ANALYZED = "== Analyzed Logical Plan =="
 _POSITION = re.compile(r"\(line (\d+), pos (\d+)\)")
+
+
+_T = TypeVar("_T")
 
 
 class QueryAnalyzer:
     def __init__(self, spark: Any) -> None:
         self.spark = spark
         self._connect = is_connect(spark)
+        self._statement = threading.local()
+        self._builtins: frozenset[str] | None = None
+
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """One statement's view of the session: its current catalog and database and its case rule
+        are asked once (a USE between two statements still counts)."""
+        outer = getattr(self._statement, "memo", None)
+        self._statement.memo = {} if outer is None else outer
+        try:
+            yield
+        finally:
+            self._statement.memo = outer
+
+    def _once(self, key: str, ask: Callable[[], _T]) -> _T:
+        memo = getattr(self._statement, "memo", None)
+        if memo is None:
+            return ask()
+        if key not in memo:
+            memo[key] = ask()
+        return memo[key]
 
     # ----------------------------------------------------------------- names
     def current(self) -> tuple[str, str]:
         """The session's current catalog and database (one round trip over Connect)."""
+        return self._once("current", self._ask_current)
+
+    def _ask_current(self) -> tuple[str, str]:
         if self._connect:
-            row = self.spark.sql("SELECT current_catalog(), current_database()").collect()[0]
-            return row[0], row[1]
-        return self.spark.catalog.currentCatalog(), self.spark.catalog.currentDatabase()
+            ((catalog, namespace),) = command_rows(self.spark, "SHOW CURRENT NAMESPACE")
+        else:
+            catalog, namespace = self.spark.catalog.currentCatalog(), self.spark.catalog.currentDatabase()
+        # Spark quotes a namespace part that needs it (`2024`): the name is what is inside.
+        parts = [t.value for t in tokenize(namespace) if t.kind in (Kind.WORD, Kind.QUOTED)]
+        return catalog, ".".join(parts)
 
     def normalize(self, part: str) -> str:
-        return part if self.spark.conf.get("spark.sql.caseSensitive") == "true" else part.lower()
+        sensitive = self._once("case", lambda: self.spark.conf.get("spark.sql.caseSensitive") == "true")
+        return part if sensitive else part.lower()
 
     def qualify(self, parts: tuple[str, ...], current: tuple[str, str] | None = None) -> tuple[str, str, str]:
         """[catalog.][database.]name against the session's current catalog and database."""
@@ -80,8 +118,10 @@ class QueryAnalyzer:
     # --------------------------------------------------------------- queries
     def analyze(self, query: str) -> AnalyzedQuery:
         frame = self._analysed(query)
-        relations = self._table_relations(query)
-        self._reject_temporary_objects(query, relations)
+        plans = self._plan_text(frame)
+        relations = self._table_relations(query, plans)
+        self._reject_temporary_views(plans)
+        self._reject_temporary_functions(query)
         edits: list[tuple[int, int, str]] = []
         sources: list[str] = []
         current = self.current() if relations else None
@@ -109,7 +149,7 @@ class QueryAnalyzer:
         The alias keeps `t.column` references working; a relation that has its own alias keeps it.
         """
         text = definition_query
-        relations = self._table_relations(definition_query)
+        relations = self._table_relations(definition_query, None)
         current = self.current() if relations else None
         for ref in sorted(relations, key=lambda r: r.start, reverse=True):
             if ".".join(self.qualify(ref.parts, current)).lower() in static:
@@ -128,7 +168,7 @@ class QueryAnalyzer:
             raise ValidationError("The query of a materialized table must be a query (SELECT, VALUES, "
                                   "FROM or TABLE, after an optional WITH clause), not a statement.")
         try:
-            frame = self.spark.sql(query)
+            frame = self._query_frame(query)
             frame.schema    # noqa: B018 - a Connect DataFrame analyses lazily
             return frame
         except SPARK_ERRORS as error:
@@ -136,34 +176,57 @@ class QueryAnalyzer:
             what = "The query does not parse" if parse else "The query is not valid"
             raise SparkError(f"{what}: {spark_message(error)}") from None
 
-    def _table_relations(self, query: str) -> list[NameRef]:
+    def _query_frame(self, query: str) -> Any:
+        """A DataFrame of a query. `spark.sql` over Connect first sends the text to be run as a command
+        (one round trip more than analysing it needs); a query's plan can be built here instead."""
+        if not self._connect:
+            return self.spark.sql(query)
+        from pyspark.sql.connect.dataframe import DataFrame
+        from pyspark.sql.connect.plan import SQL
+        return DataFrame(SQL(query), self.spark)
+
+    def _plan_text(self, frame: Any) -> str:
+        """Spark's plans of an analysed query as text: over Connect EXPLAIN's (parsed and analysed, one
+        round trip), on a classic session the analysed plan from the JVM."""
+        if self._connect:
+            return spark_call(lambda: frame._explain_string(extended=True), "The query is not valid")
+        return _ANALYZED + "\n" + frame._jdf.queryExecution().analyzed().treeString()
+
+    def _table_relations(self, query: str, plans: str | None) -> list[NameRef]:
         """The relations that name tables or views (not CTEs), with their places in the text."""
-        relations = self._connect_relations(query) if self._connect else self._jvm_relations(query)
+        if not self._connect:
+            relations = self._jvm_relations(query)
+        else:
+            if plans is None:
+                plans = self._plan_text(self._query_frame(query))
+            relations = self._connect_relations(query, plans.split(_ANALYZED, 1)[0])
         scopes = cte_scopes(query)
         return sorted((ref for ref in relations if not in_cte_scope(ref, scopes)), key=lambda r: r.start)
 
-    def _reject_temporary_objects(self, query: str, relations: list[NameRef]) -> None:
-        temporary_views = self._temporary_views() if relations else set()
-        global_temp = self.spark.conf.get("spark.sql.globalTempDatabase", "global_temp").lower()
-        for ref in relations:
-            if (len(ref.parts) == 1 and ref.parts[0].lower() in temporary_views) or (
-                    len(ref.parts) == 2 and ref.parts[0].lower() == global_temp):
+    @staticmethod
+    def _reject_temporary_views(plans: str) -> None:
+        """A view the analysed plan names with fewer than three parts is a temporary one (a persistent
+        view cannot read a temporary one, so each reaches the plan through the query itself)."""
+        for match in _VIEW.finditer(plans.split(_ANALYZED, 1)[-1]):
+            parts = re.findall(r"`((?:[^`]|``)*)`", match.group(1))
+            if len(parts) < 3:
+                name = ".".join(p.replace("``", "`") for p in parts)
                 raise ValidationError(
-                    f"The query reads temporary view {'.'.join(ref.parts)}; a materialized table must "
-                    "only read catalog tables and views, which outlive the session.")
+                    f"The query reads temporary view {name}; a materialized table must only read "
+                    "catalog tables and views, which outlive the session.")
+
+    def _reject_temporary_functions(self, query: str) -> None:
         tokens = tokenize(query)
         called = {t.value.lower() for t, nxt in zip(tokens, tokens[1:])
                   if t.kind in (Kind.WORD, Kind.QUOTED) and nxt.is_symbol("(")}
-        if not called:
-            return
+        if self._builtins is None:
+            self._builtins = builtin_functions(self.spark)
+        if not called - self._builtins:
+            return    # Spark lists a temporary function that shadows a built-in one as neither
         for name in sorted(called & temporary_functions(self.spark)):
             raise ValidationError(
                 f"The query calls temporary function {name}; a materialized table must only use "
                 "built-in or catalog functions, which outlive the session.")
-
-    def _temporary_views(self) -> set[str]:
-        rows = self.spark.sql("SHOW VIEWS").collect()
-        return {r["viewName"].lower() for r in rows if r["isTemporary"]}
 
     def _parse(self, text: str) -> None:
         if not self._connect:
@@ -199,10 +262,8 @@ class QueryAnalyzer:
             while iterator.hasNext():
                 self._walk(iterator.next(), relations)
 
-    def _connect_relations(self, query: str) -> list[NameRef]:
-        plan = spark_call(lambda: self.spark.sql("EXPLAIN EXTENDED " + query).collect()[0][0],
-                          "The query is not valid")
-        parsed = plan.split("== Analyzed Logical Plan ==", 1)[0]
+    @staticmethod
+    def _connect_relations(query: str, parsed: str) -> list[NameRef]:
         expected = Counter(tuple(p.lower() for p in m.group(1).split(", "))
                            for m in _PARSED_RELATION.finditer(parsed))
         found = [ref for ref in relation_positions(query) if ref.key() in expected]

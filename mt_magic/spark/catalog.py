@@ -11,11 +11,13 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 from urllib.parse import unquote
 
 from mt_magic.errors import ValidationError
-from mt_magic.spark.errors import SPARK_ERRORS, spark_call, spark_message
+from mt_magic.spark.commands import command_rows
+from mt_magic.spark.errors import SPARK_ERRORS, error_class, spark_call, spark_message
 from mt_magic.spark.session import is_connect
 from mt_magic.sql.statements import quote_identifier, sql_string
 
@@ -23,14 +25,19 @@ PartitionKey = tuple[tuple[str, str], ...]
 _NO_DATA_SOURCE = re.compile(r"\[[A-Z_]*DATA_SOURCE_NOT_(FOUND|ENABLED)\]")
 
 
+_BUILT_IN_FORMATS = frozenset({"parquet", "orc", "json", "csv", "text"})
+
+
 def check_data_source(spark: Any, fmt: str) -> None:
     """Spark has a data source of that name (reading it resolves the name, and reads nothing)."""
+    if fmt.lower() in _BUILT_IN_FORMATS:
+        return
     try:
         spark.read.format(fmt).schema("c INT").load().schema   # noqa: B018 - resolves the source
     except SPARK_ERRORS as error:
         if _NO_DATA_SOURCE.search(spark_message(error)):
             raise ValidationError(f"Option 'format' = '{fmt}': Spark has no data source of that name "
-                                  "here (built in: parquet, orc, json, csv, text).") from None
+                                  f"here (built in: {', '.join(sorted(_BUILT_IN_FORMATS))}).") from None
 
 
 @contextmanager
@@ -66,8 +73,7 @@ class TableFacts:
 
 def table_facts(spark: Any, quoted: str) -> TableFacts:
     """What DESCRIBE TABLE EXTENDED says of a table's type, location and partition columns."""
-    rows = [tuple(r) for r in spark_call(lambda: spark.sql(f"DESCRIBE TABLE EXTENDED {quoted}").collect(),
-                                         f"Describing {quoted}")]
+    rows = spark_call(lambda: command_rows(spark, f"DESCRIBE TABLE EXTENDED {quoted}"), f"Describing {quoted}")
     details = {r[0]: r[1] for r in rows[rows.index(("# Detailed Table Information", "", "")):]} \
         if ("# Detailed Table Information", "", "") in rows else {}
     partition_columns: list[str] = []
@@ -80,8 +86,8 @@ def table_facts(spark: Any, quoted: str) -> TableFacts:
 
 
 def database_location(spark: Any, catalog: str, database: str) -> str:
-    rows = spark.sql(f"DESCRIBE DATABASE EXTENDED {quote_identifier(catalog)}."
-                     f"{quote_identifier(database)}").collect()
+    rows = command_rows(spark, f"DESCRIBE DATABASE EXTENDED {quote_identifier(catalog)}."
+                               f"{quote_identifier(database)}")
     return next(r[1] for r in rows if r[0] == "Location")
 
 
@@ -90,10 +96,10 @@ def partition_locations(spark: Any, quoted: str, keys: tuple[str, ...]) -> dict[
     if not is_connect(spark):
         return _jvm_partition_locations(spark, quoted)
     found = {}
-    for row in spark.sql(f"SHOW PARTITIONS {quoted}").collect():
+    for row in command_rows(spark, f"SHOW PARTITIONS {quoted}"):
         pairs = [part.split("=", 1) for part in row[0].split("/")]
         spec = tuple((key, _unescape_path_name(value)) for (_, value), key in zip(pairs, keys))
-        detail = spark.sql(f"DESCRIBE TABLE EXTENDED {quoted} {partition_clause(dict(spec))}").collect()
+        detail = command_rows(spark, f"DESCRIBE TABLE EXTENDED {quoted} {partition_clause(dict(spec))}")
         found[spec] = next(r[1] for r in detail if r[0] == "Location")
     return found
 
@@ -124,21 +130,44 @@ def is_catalog(spark: Any, name: str) -> bool:
     return any(c.name.lower() == name.lower() for c in spark.catalog.listCatalogs())
 
 
-def is_temporary_view(spark: Any, parts: list[str]) -> bool:
-    if len(parts) == 2 and parts[0].lower() == spark.conf.get("spark.sql.globalTempDatabase", "global_temp"):
-        return True
-    if len(parts) != 1:
-        return False
-    try:
-        return bool(spark.catalog.getTable(quote_identifier(parts[0])).isTemporary)
-    except SPARK_ERRORS:
-        return False
-
-
 def temporary_functions(spark: Any) -> set[str]:
     """Names of the session's temporary functions (persistent ones come back qualified)."""
-    rows = spark.sql("SHOW USER FUNCTIONS").collect()
-    return {r[0].lower() for r in rows if "." not in r[0]}
+    return {r[0].lower() for r in command_rows(spark, "SHOW USER FUNCTIONS") if "." not in r[0]}
+
+
+def builtin_functions(spark: Any) -> frozenset[str]:
+    """The functions Spark ships: fixed for a session's life."""
+    return frozenset(r[0].lower() for r in command_rows(spark, "SHOW SYSTEM FUNCTIONS"))
+
+
+class TableLookup(Enum):
+    EXISTS = "exists"
+    MISSING = "missing"
+    NO_DATABASE = "no database"
+
+
+def lookup_table(spark: Any, catalog: str, database: str, name: str) -> TableLookup:
+    """Whether a catalog table (not a temporary view) exists, and its database.
+
+    A classic session asks its catalog in the JVM. Over Connect one SHOW TABLES answers both
+    questions in a round trip (the catalog API would take two); its pattern is the name itself when
+    that is a plain word, else every table, filtered here.
+    """
+    namespace = f"{quote_identifier(catalog)}.{quote_identifier(database)}"
+    if not is_connect(spark):
+        if not spark.catalog.databaseExists(namespace):
+            return TableLookup.NO_DATABASE
+        exists = spark.catalog.tableExists(f"{namespace}.{quote_identifier(name)}")
+        return TableLookup.EXISTS if exists else TableLookup.MISSING
+    pattern = name if re.fullmatch(r"\w+", name) else "*"
+    try:
+        rows = command_rows(spark, f"SHOW TABLES IN {namespace} LIKE {sql_string(pattern)}")
+    except SPARK_ERRORS as error:
+        if error_class(error) in ("SCHEMA_NOT_FOUND", "NO_SUCH_NAMESPACE"):
+            return TableLookup.NO_DATABASE
+        raise
+    found = any(table == name and not temporary for _, table, temporary in rows)
+    return TableLookup.EXISTS if found else TableLookup.MISSING
 
 
 # ----------------------------------------------------------- classic JVM

@@ -20,8 +20,9 @@ from pyspark.sql import functions as F
 from mt_magic.errors import ValidationError
 from mt_magic.storage.versions import TABLE_PROPERTY, data_source_format, data_source_options, folder_writer
 from mt_magic.results import Result
-from mt_magic.spark.catalog import (database_location, partition_locations, switch_partition_locations,
-                                    table_facts)
+from mt_magic.spark.catalog import (TableLookup, database_location, lookup_table, partition_locations,
+                                    switch_partition_locations, table_facts)
+from mt_magic.spark.commands import command_rows
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files, files_for
 from mt_magic.sql.statements import quote_identifier, sql_string
@@ -69,9 +70,10 @@ def plan_target(spark: Any, parts: tuple[str, str, str], options: Mapping[str, s
         raise ValidationError(f"Option 'path' = '{path}' names a folder that is not empty; the new table "
                               "needs a folder of its own.")
     target = TableAsTarget(catalog, database, name, mode, fmt, dict(options), tuple(partition_keys), comment)
-    if not spark.catalog.databaseExists(f"{quote_identifier(catalog)}.{quote_identifier(database)}"):
+    lookup = lookup_table(spark, catalog, database, name)
+    if lookup is TableLookup.NO_DATABASE:
         raise ValidationError(f"Database '{catalog}'.'{database}' doesn't exist.")
-    if not spark.catalog.tableExists(target.quoted()):
+    if lookup is TableLookup.MISSING:
         return target
     if _is_materialized(spark, target):
         raise ValidationError(f"{identifier} is a materialized table: change it with ALTER MATERIALIZED "
@@ -82,7 +84,7 @@ def plan_target(spark: Any, parts: tuple[str, str, str], options: Mapping[str, s
 
 
 def _is_materialized(spark: Any, target: TableAsTarget) -> bool:
-    rows = spark.sql(f"SHOW TBLPROPERTIES {target.quoted()} ({sql_string(TABLE_PROPERTY)})").collect()
+    rows = command_rows(spark, f"SHOW TBLPROPERTIES {target.quoted()} ({sql_string(TABLE_PROPERTY)})")
     return any(row[1] == "true" for row in rows)
 
 
