@@ -122,7 +122,7 @@ def test_failing_job_is_recorded_and_restarted_up_to_the_limit(spark, gw, orders
 def test_drop_removes_job_data_and_checkpoint(spark, streaming):
     follows(spark, "big", FILTERED)
     table = streaming.store.get(streaming.describe("big")["identifier"])
-    checkpoint = table.refresh_handler["checkpoint_location"].removeprefix("file:")
+    checkpoint = table.job.checkpoint_location.removeprefix("file:")
     root = table.storage.root.removeprefix("file:")
     assert os.path.isdir(checkpoint) and os.path.isdir(root)
     streaming.execute("DROP MATERIALIZED TABLE big")

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from mt_magic import MaterializedTableError
+from mt_magic.catalog.handlers import JobHandler, ScheduleHandler
 from mt_magic.catalog.model import Column, MaterializedTable, PartitionLocation, RefreshOutcome, Storage
 from mt_magic.catalog.store import CatalogStore
 
@@ -22,7 +23,8 @@ def record(name: str = "t", **changes) -> MaterializedTable:
         refresh_status="ACTIVATED",
         storage=Storage("/data/t", "parquet", "", (PartitionLocation({"ds": "2024-01-01"}, "/data/t/v1"),)),
         primary_key={"name": "PK_n", "columns": ["n"]}, partition_keys=("ds",), options={"k": "v"},
-        refresh_handler={"workflow_name": "quartz_job_x"}, source_tables=("spark_catalog.db.s",),
+        refresh_handler=ScheduleHandler("quartz_job_x", "group", "spark_catalog.db.t", "0 0 0/1 * * ? *", "UTC",
+                                        dynamic_options={"compression": "gzip"}), source_tables=("spark_catalog.db.s",),
         last_refresh=RefreshOutcome("2024-01-01T00:00:00", 1.5, "SUCCEEDED", 3, {"ds": "2024-01-01"}))
     return table.evolve(**changes) if changes else table
 
@@ -35,6 +37,23 @@ def test_round_trip(tmp_path):
     assert [t.identifier for t in store.list()] == ["spark_catalog.db.t"]
     store.delete("spark_catalog.db.t")
     assert store.get("spark_catalog.db.t") is None
+
+
+def test_refresh_handlers_keep_their_kind(tmp_path):
+    store = CatalogStore(str(tmp_path / "catalog.json"))
+    job = JobHandler("q-1", "r-1", "job", "/cp", "complete", "/data/t/v2", 5.0, "local[2]", "app-1",
+                     restarts=2, failure="boom")
+    for handler in (job, None):
+        store.put(record(refresh_handler=handler))
+        assert store.get("spark_catalog.db.t").refresh_handler == handler
+    document = record().to_document()
+    assert document["refresh_handler"]["kind"] == "embedded-scheduler"
+    # a record written before handlers were typed: a plain dict with its kind and extra keys
+    document["refresh_handler"] = {"kind": "streaming-query", "streaming_query_id": "q-0", "restarts": 1,
+                                   "checkpoint_location": "/cp", "retired_key": "x"}
+    loaded = MaterializedTable.from_document(document)
+    assert loaded.job == JobHandler(streaming_query_id="q-0", checkpoint_location="/cp", restarts=1)
+    assert loaded.dynamic_options == {}
 
 
 def test_another_instance_sees_writes_at_once(tmp_path):

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any
 
+from mt_magic.catalog.handlers import JobHandler, RefreshHandler, handler_document, handler_from_document
 from mt_magic.sql.freshness import RefreshMode
 
 SCHEMA_VERSION = 1
@@ -98,7 +99,7 @@ class MaterializedTable:
     partition_keys: tuple[str, ...] = ()
     options: dict[str, str] = field(default_factory=dict)
     comment: str | None = None
-    refresh_handler: dict = field(default_factory=dict)
+    refresh_handler: RefreshHandler | None = None
     source_tables: tuple[str, ...] = ()
     last_refresh: RefreshOutcome | None = None
     refresh_history: tuple[RefreshOutcome, ...] = ()
@@ -113,6 +114,16 @@ class MaterializedTable:
     @property
     def quoted(self) -> str:
         return ".".join("`" + p.replace("`", "``") + "`" for p in (self.catalog, self.database, self.name))
+
+    @property
+    def dynamic_options(self) -> dict[str, str]:
+        """Options of RESUME WITH (...), kept for the pipeline's refreshes."""
+        return dict(self.refresh_handler.dynamic_options) if self.refresh_handler else {}
+
+    @property
+    def job(self) -> JobHandler | None:
+        handler = self.refresh_handler
+        return handler if isinstance(handler, JobHandler) else None
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name.lower() == name.lower()), None)
@@ -131,7 +142,7 @@ class MaterializedTable:
         return replace(self, updated_at=now_iso(), **changes)
 
     def to_document(self) -> dict:
-        return json.loads(json.dumps(asdict(self)))
+        return json.loads(json.dumps({**asdict(self), "refresh_handler": handler_document(self.refresh_handler)}))
 
     @classmethod
     def from_document(cls, doc: dict) -> MaterializedTable:
@@ -144,6 +155,7 @@ class MaterializedTable:
             doc["last_refresh"] = RefreshOutcome.from_document(doc["last_refresh"])
         doc["refresh_history"] = tuple(RefreshOutcome.from_document(r) for r in doc.get("refresh_history", ()))
         doc["refresh_status"] = RefreshStatus(doc["refresh_status"])
+        doc["refresh_handler"] = handler_from_document(doc.get("refresh_handler"))
         for key in ("refresh_mode", "logical_refresh_mode"):
             doc[key] = RefreshMode(doc[key])
         for key in ("query_columns", "partition_keys", "source_tables"):

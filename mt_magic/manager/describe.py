@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from mt_magic.catalog.handlers import handler_document
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.sql.statements import quote_identifier, sql_string
 
@@ -43,7 +44,7 @@ def show_create(table: MaterializedTable) -> str:
     lines.append(f"REFRESH_MODE = {table.refresh_mode}")
     lines.append(f"AS {table.definition_query}")
     # The running pipeline, as comments: the text stays a statement that can be run again.
-    handler = [f"--   {key}: {value}" for key, value in sorted(table.refresh_handler.items())
+    handler = [f"--   {key}: {value}" for key, value in sorted(handler_document(table.refresh_handler).items())
                if key not in ("dynamic_options", "kind") and value not in (None, "", {})]
     if handler:
         lines += ["-- Refresh handler:", *handler]
@@ -64,7 +65,7 @@ def describe_dict(table: MaterializedTable, next_refresh: datetime | None) -> di
         "logical_refresh_mode": table.logical_refresh_mode,
         "refresh_mode": table.refresh_mode,
         "refresh_status": table.refresh_status,
-        "refresh_handler": dict(table.refresh_handler),
+        "refresh_handler": handler_document(table.refresh_handler),
         "watermark": dict(table.watermark) if table.watermark else None,
         "source_tables": list(table.source_tables),
         "location": table.storage.location,
@@ -98,7 +99,7 @@ def describe_rows(table: MaterializedTable, extended: bool,
             ("Logical Refresh Mode", table.logical_refresh_mode),
             ("Refresh Mode", table.refresh_mode),
             ("Refresh Status", table.refresh_status),
-            ("Refresh Handler", json.dumps(table.refresh_handler, sort_keys=True)),
+            ("Refresh Handler", json.dumps(handler_document(table.refresh_handler), sort_keys=True)),
             ("Next Refresh", next_refresh.isoformat() if next_refresh else "")]
     if table.primary_key:
         info.append(("Primary Key", f"{table.primary_key['name']} ({', '.join(table.primary_key['columns'])}) "

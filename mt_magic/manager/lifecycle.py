@@ -6,6 +6,8 @@ it took and names the step.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mt_magic import config as cfg
 from mt_magic.catalog.model import ACTIVATED, MaterializedTable
 from mt_magic.errors import ExecutionError, MaterializedTableError
@@ -60,11 +62,10 @@ class Lifecycle:
             self.pipelines.jobs.stop(table.identifier)
         if appended:
             self.ws.storage.add_columns(updated, len(appended))
-        handler = dict(table.refresh_handler)
+        handler = table.refresh_handler
         if continuous:   # §4.5: the new job starts from scratch; a SUSPENDED one will on RESUME
             self.pipelines.delete_checkpoints(table)
-            handler.pop("restore_path", None)
-            handler.pop("checkpoint_location", None)
+            handler = replace(table.job, restore_path=None, checkpoint_location=None) if table.job else None
             if table.refresh_status == ACTIVATED:
                 handler = self.pipelines.start_job(updated, fresh=True, dynamic_options={})
         self.ws.store.update(table.identifier, lambda t: t.evolve(

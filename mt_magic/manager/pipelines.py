@@ -11,9 +11,10 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mt_magic import config as cfg
+from mt_magic.catalog.handlers import JobHandler, RefreshHandler, ScheduleHandler
 from mt_magic.catalog.model import (ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable, Outcome,
                                     RefreshOutcome, now_iso)
 from mt_magic.errors import (ExecutionError, MaterializedTableError, StateError, TableNotFoundError,
@@ -63,33 +64,24 @@ class Pipelines:
         return f", next refresh {moment.strftime(SCHEDULE_TIME_FORMAT)}" if moment else ""
 
     # ======================================================= start/stop
-    def start(self, table: MaterializedTable, fresh: bool, paused: bool = False) -> dict:
+    def start(self, table: MaterializedTable, fresh: bool, paused: bool = False) -> RefreshHandler:
         """The table's pipeline for its mode: a cron job (FULL) or a streaming job (CONTINUOUS)."""
-        dynamic = table.refresh_handler.get("dynamic_options", {})
         if table.refresh_mode == FULL:
-            return self.schedule(table, paused=paused, dynamic_options=dynamic)
-        return self.start_job(table, fresh=fresh, dynamic_options=dynamic,
-                              checkpoint=table.refresh_handler.get("checkpoint_location"))
+            return self.schedule(table, paused=paused, dynamic_options=table.dynamic_options)
+        return self.start_job(table, fresh=fresh, dynamic_options=table.dynamic_options,
+                              checkpoint=_checkpoint(table))
 
-    def schedule(self, table: MaterializedTable, paused: bool, dynamic_options: dict) -> dict:
+    def schedule(self, table: MaterializedTable, paused: bool, dynamic_options: dict) -> ScheduleHandler:
         freshness = IntervalFreshness.parse(table.freshness)
         zone = self.ws.zone()
         info = session_info(self.ws.spark)
         self.scheduler.schedule(table.identifier, table.quoted, freshness, zone, paused=paused)
-        return {
-            "kind": "embedded-scheduler",
-            "workflow_name": workflow_name(table.quoted),
-            "workflow_group": WORKFLOW_GROUP,
-            "scheduler_job_id": table.identifier,
-            "cron_expression": freshness.quartz_cron(),
-            "time_zone": str(zone),
-            "dynamic_options": dict(dynamic_options),
-            "spark_master": info.master,
-            "application_id": info.application_id,
-        }
+        return ScheduleHandler(workflow_name(table.quoted), WORKFLOW_GROUP, table.identifier,
+                               freshness.quartz_cron(), str(zone), info.master, info.application_id,
+                               dict(dynamic_options))
 
     def start_job(self, table: MaterializedTable, fresh: bool, dynamic_options: dict,
-                  checkpoint: str | None = None) -> dict:
+                  checkpoint: str | None = None) -> JobHandler:
         """Start the streaming job: fresh (new checkpoint, new data version) or from `checkpoint`."""
         streaming = self.streaming_query(table)
         interval = self.ws.options.get(cfg.CHECKPOINT_INTERVAL)
@@ -99,7 +91,7 @@ class Pipelines:
         handler = spark_call(lambda: self.jobs.start(table, streaming, location, fresh, trigger,
                                                      dynamic_options),
                              f"Starting the continuous refresh job of {table.identifier}")
-        return {**handler, "restarts": table.refresh_handler.get("restarts", 0) if not fresh else 0}
+        return replace(handler, restarts=table.job.restarts if table.job and not fresh else 0)
 
     def check_streamable(self, table: MaterializedTable) -> None:
         """Before anything is stopped: the new definition must stream (Flink's master checks first)."""
@@ -126,9 +118,10 @@ class Pipelines:
             f"{folder}/{table.catalog}/{table.database}/{table.name}-{uuid.uuid4().hex[:8]}")
 
     def delete_checkpoints(self, table: MaterializedTable) -> None:
-        for key in ("checkpoint_location", "restore_path"):
-            if table.refresh_handler.get(key):
-                self.ws.storage.files.delete(table.refresh_handler[key])
+        job = table.job
+        for path in (job.checkpoint_location, job.restore_path) if job else ():
+            if path:
+                self.ws.storage.files.delete(path)
 
     def discard(self, table: MaterializedTable) -> None:
         """Everything of a table, gone: pipeline, running jobs, data, checkpoints, record."""
@@ -148,16 +141,16 @@ class Pipelines:
                                refresh_mode=decision.refresh_mode)
         to_continuous, was_continuous = decision.refresh_mode == CONTINUOUS, table.refresh_mode == CONTINUOUS
         self.stop(table)
-        dynamic = table.refresh_handler.get("dynamic_options", {})
+        dynamic = table.dynamic_options
         if not to_continuous:
             if was_continuous:
                 self.delete_checkpoints(table)
             handler = self.schedule(updated, paused=table.refresh_status == SUSPENDED, dynamic_options=dynamic)
         elif table.refresh_status == SUSPENDED:
-            handler = dict(table.refresh_handler) if was_continuous else {}
+            handler = table.refresh_handler if was_continuous else None
         else:   # a new trigger continues from the checkpoint; a table coming from FULL starts fresh
             handler = self.start_job(updated, fresh=not was_continuous, dynamic_options=dynamic,
-                                     checkpoint=table.refresh_handler.get("checkpoint_location"))
+                                     checkpoint=_checkpoint(table))
         self.ws.store.update(table.identifier, lambda t: t.evolve(
             freshness=updated.freshness, logical_refresh_mode=decision.logical_mode,
             refresh_mode=decision.refresh_mode, refresh_handler=handler))
@@ -193,7 +186,7 @@ class Pipelines:
             current = self.ws.store.get(identifier)
             if current is None:
                 raise TableNotFoundError(f"Materialized table {identifier} was dropped.")
-            dynamic = current.refresh_handler.get("dynamic_options", {}) if periodic else {}
+            dynamic = current.dynamic_options if periodic else {}
             started_at, started = now_iso(), time.monotonic()
             self._running.add(identifier)
             try:
@@ -227,7 +220,7 @@ class Pipelines:
     def resume(self, table: MaterializedTable, options: dict[str, str]) -> Result:
         if table.refresh_mode == CONTINUOUS:
             return self._resume_job(table, options)
-        dynamic = options or table.refresh_handler.get("dynamic_options", {})
+        dynamic = options or table.dynamic_options
         handler = self.schedule(table, paused=False, dynamic_options=dynamic)
         self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_status=ACTIVATED,
                                                                   refresh_handler=handler))
@@ -236,25 +229,24 @@ class Pipelines:
     def _suspend_job(self, table: MaterializedTable) -> Result:
         self.jobs.stop(table.identifier)    # waits for a batch in flight, which takes the table lock
         with self.ws.lock(table.identifier):
-            handler = dict(table.refresh_handler)
+            job = table.job
             savepoint = self.new_checkpoint(table, self.ws.options.get(cfg.SAVEPOINT_DIR))
             self.ws.storage.files.mkdirs(savepoint.rsplit("/", 1)[0])
-            self.ws.storage.files.rename(handler["checkpoint_location"], savepoint)
-            handler.update(restore_path=savepoint, checkpoint_location=savepoint)
+            self.ws.storage.files.rename(job.checkpoint_location, savepoint)
+            handler = replace(job, restore_path=savepoint, checkpoint_location=savepoint)
             self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_status=SUSPENDED,
                                                                       refresh_handler=handler))
         return Result.ok(f"Suspended materialized table {table.identifier}; savepoint {savepoint}.")
 
     def _resume_job(self, table: MaterializedTable, dynamic_options: dict) -> Result:
-        restore = table.refresh_handler.get("restore_path") if table.refresh_status == SUSPENDED else None
+        restore = table.job.restore_path if table.job and table.refresh_status == SUSPENDED else None
         handler = self.start_job(table, fresh=restore is None, dynamic_options=dynamic_options,
                                  checkpoint=restore)
-        handler.pop("restore_path", None)
         self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_status=ACTIVATED,
                                                                   refresh_handler=handler))
         started = "from its savepoint" if restore else "from scratch"
         return Result.ok(f"Resumed materialized table {table.identifier}: continuous refresh job "
-                         f"{handler['streaming_query_id']} started {started}.")
+                         f"{handler.streaming_query_id} started {started}.")
 
     def job_running(self, identifier: str) -> bool:
         return self.jobs.is_running(identifier)
@@ -262,11 +254,10 @@ class Pipelines:
     # ========================================================= restarts
     def _job_failed(self, identifier: str, message: str) -> None:
         """Called from Spark's listener thread: record, then restart with backoff up to the limit."""
-        table = self.ws.store.update(identifier, lambda t: t.evolve(refresh_handler={
-            **t.refresh_handler, "failure": message, "failed_at": now_iso()}))
-        if table is None:
+        table = self.ws.store.update(identifier, lambda t: _with_job(t, failure=message, failed_at=now_iso()))
+        if table is None or table.job is None:
             return
-        restarts = int(table.refresh_handler.get("restarts", 0))
+        restarts = table.job.restarts
         if restarts >= int(self.ws.options.get(cfg.MAX_RESTARTS) or 0):
             log.warning("Continuous refresh job of %s failed; no restarts left: %s", identifier, message)
             return
@@ -280,13 +271,12 @@ class Pipelines:
                     or self.jobs.is_running(identifier):
                 return
             handler = self.start(table, fresh=False)
-            self.ws.store.update(identifier, lambda t: t.evolve(refresh_handler={
-                **handler, "restarts": restarts, "failure": t.refresh_handler.get("failure"),
-                "failed_at": t.refresh_handler.get("failed_at")}))
+            self.ws.store.update(identifier, lambda t: t.evolve(refresh_handler=replace(
+                handler, restarts=restarts, failure=t.job.failure if t.job else None,
+                failed_at=t.job.failed_at if t.job else None)))
         except Exception as error:   # noqa: BLE001 - recorded; the scheduler thread must go on
             try:
-                self.ws.store.update(identifier, lambda t: t.evolve(
-                    refresh_handler={**t.refresh_handler, "restarts": restarts}))
+                self.ws.store.update(identifier, lambda t: _with_job(t, restarts=restarts))
                 self._job_failed(identifier, spark_message(error))
             except MaterializedTableError:
                 log.warning("Restarting the continuous refresh job of %s failed: %s", identifier, error)
@@ -320,6 +310,15 @@ class Pipelines:
         for identifier in list(self._running):
             cancel_jobs(self.ws.spark, f"mt_magic:{identifier}")
         self.scheduler.shutdown()
+
+
+def _checkpoint(table: MaterializedTable) -> str | None:
+    return table.job.checkpoint_location if table.job else None
+
+
+def _with_job(table: MaterializedTable, **changes) -> MaterializedTable:
+    """The record with its streaming job's handler changed (a table without one stays as it is)."""
+    return table.evolve(refresh_handler=replace(table.job, **changes)) if table.job else table
 
 
 def check_partition_spec(table: MaterializedTable, spec: dict[str, str]) -> dict[str, str]:

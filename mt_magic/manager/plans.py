@@ -424,7 +424,7 @@ def _column_text(column) -> str:
 
 
 def _job_text(table: MaterializedTable) -> str:
-    return table.refresh_handler.get("streaming_query_id", "<none>")
+    return (table.job.streaming_query_id if table.job else None) or "<none>"
 
 
 def _like_regex(pattern: str) -> str:

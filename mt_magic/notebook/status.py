@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from mt_magic.catalog.handlers import JobHandler, RefreshHandler, ScheduleHandler
 from mt_magic.catalog.model import MaterializedTable, Outcome, RefreshOutcome
 from mt_magic.gateway import Gateway
 from mt_magic.manager.pipelines import PipelineState
@@ -57,8 +58,7 @@ def _status(state: PipelineState, tables: list[MaterializedTable], now: datetime
     table = state.table
     history = _history(state)
     published = _published_at(state, history)
-    handler = table.refresh_handler
-    error = handler.get("failure") or (history[-1].error if history and history[-1].outcome == Outcome.FAILED
+    error = (table.job.failure if table.job else None) or (history[-1].error if history and history[-1].outcome == Outcome.FAILED
                                        else None)
     return TableStatus(
         name=table.name, identifier=table.identifier, mode=table.refresh_mode,
@@ -67,7 +67,7 @@ def _status(state: PipelineState, tables: list[MaterializedTable], now: datetime
         comment=table.comment, data_age=now - published if published else None,
         last=history[-1] if history else None,
         next_refresh=state.next_refresh,
-        handler=_handler_text(handler), error=error, history=tuple(history),
+        handler=_handler_text(table.refresh_handler), error=error, history=tuple(history),
         sources=table.source_tables,
         readers=tuple(t.identifier for t in tables if table.identifier in t.source_tables))
 
@@ -97,11 +97,11 @@ def _from_outcome(outcome: RefreshOutcome) -> Refresh:
                    outcome.error)
 
 
-def _handler_text(handler: dict) -> str:
-    if handler.get("streaming_query_id"):
-        return f"streaming query {handler['streaming_query_id']} on {handler.get('application_id', '')}"
-    if handler.get("scheduler_job_id"):
-        return f"scheduler job {handler['scheduler_job_id']} on {handler.get('application_id', '')}"
+def _handler_text(handler: RefreshHandler | None) -> str:
+    if isinstance(handler, JobHandler) and handler.streaming_query_id:
+        return f"streaming query {handler.streaming_query_id} on {handler.application_id}"
+    if isinstance(handler, ScheduleHandler):
+        return f"scheduler job {handler.scheduler_job_id} on {handler.application_id}"
     return ""
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
+from mt_magic.catalog.handlers import JobHandler
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import ValidationError
@@ -103,7 +104,7 @@ class ContinuousJobs:
 
     # ------------------------------------------------------------ lifecycle
     def start(self, table: MaterializedTable, streaming_query: str, checkpoint: str, fresh: bool,
-              trigger_s: float, dynamic_options: dict[str, str]) -> dict:
+              trigger_s: float, dynamic_options: dict[str, str]) -> JobHandler:
         """Start the table's query; `fresh` starts over on a new version, else continue the checkpoint."""
         frame = self.spark.sql(streaming_query)
         mode = output_mode(self.spark, frame, table)
@@ -125,16 +126,12 @@ class ContinuousJobs:
                     self.storage.files.delete(checkpoint)
                 raise
             self._jobs[table.identifier] = Job(table.identifier, table.quoted, query, checkpoint, mode)
-        return {"kind": "streaming-query", "streaming_query_id": str(query.id),
-                "run_id": str(query.runId), "job_name": job_name(table), "checkpoint_location": checkpoint,
-                "output_mode": mode, "run_version": run_version, "trigger_s": trigger_s,
-                "dynamic_options": dict(dynamic_options),
-                "spark_master": info.master, "application_id": info.application_id}
+        return JobHandler(str(query.id), str(query.runId), job_name(table), checkpoint, mode, run_version,
+                          trigger_s, info.master, info.application_id, dict(dynamic_options))
 
     def _run_version(self, table: MaterializedTable, fresh: bool) -> str:
-        handler = table.refresh_handler
-        if not fresh and handler.get("run_version"):
-            return handler["run_version"]
+        if not fresh and table.job and table.job.run_version:
+            return table.job.run_version
         return self.storage.new_version(table)
 
     def stop(self, identifier: str) -> None:
