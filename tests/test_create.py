@@ -172,6 +172,11 @@ def test_existing_names_and_missing_sources(spark, gw, sales):
         gw.execute("CREATE MATERIALIZED TABLE u REFRESH_MODE = FULL AS SELECT * FROM nope")
     with pytest.raises(ValidationError, match="Database 'spark_catalog'.'nodb' doesn't exist"):
         gw.execute("CREATE MATERIALIZED TABLE nodb.u REFRESH_MODE = FULL AS SELECT 1 AS a")
+    # the name is checked beside the query's analysis; its error still comes first
+    with pytest.raises(ValidationError, match="already exists and is not a materialized table"):
+        gw.execute("CREATE MATERIALIZED TABLE sales REFRESH_MODE = FULL AS SELECT * FROM nope")
+    with pytest.raises(ValidationError, match="Database 'spark_catalog'.'nodb' doesn't exist"):
+        gw.execute("CREATE MATERIALIZED TABLE nodb.u REFRESH_MODE = FULL AS SELECT no_such_column")
     with pytest.raises(ValidationError, match="reads the table itself"):
         gw.execute("CREATE OR ALTER MATERIALIZED TABLE t AS SELECT * FROM t")
     assert [t.name for t in gw.store.list()] == ["t"]

@@ -24,6 +24,7 @@ from mt_magic.refresh.full import shape
 from mt_magic.results import Result
 from mt_magic.spark.analysis import AnalyzedQuery
 from mt_magic.spark.catalog import TableLookup, lookup_table
+from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.jobs import job_scope
 from mt_magic.sql import statements as st
@@ -85,15 +86,11 @@ class Planner:
             if not statement.or_alter:
                 raise ValidationError(f"Materialized table {identifier} already exists.")
             return self._create_or_alter(existing, statement)
-        lookup = lookup_table(self.ws.spark, catalog, database, name)
-        if lookup is TableLookup.EXISTS:
-            if statement.or_alter:
-                raise ValidationError(f"Table {identifier}: Regular table does not support create or "
-                                      "alter operation.")
-            raise ValidationError(f"Table {identifier} already exists and is not a materialized table.")
-        if lookup is TableLookup.NO_DATABASE:
-            raise ValidationError(f"Database '{catalog}'.'{database}' doesn't exist.")
-        table = self._new_table(statement, catalog, database, name)
+        lookup = alongside(self.ws.spark, lookup_table, self.ws.spark, catalog, database, name)
+        try:
+            table = self._new_table(statement, catalog, database, name)
+        finally:    # the name's errors come before the query's
+            _check_free(lookup.result(), statement.or_alter, catalog, database, name)
         if table.refresh_mode == CONTINUOUS:
             self.pipelines.check_streamable(table)
         return _plan(f"would create materialized table {identifier}, refresh mode {table.refresh_mode}, "
@@ -421,6 +418,17 @@ def _appended_columns(table: MaterializedTable, columns: tuple) -> tuple:
 
 def _column_text(column) -> str:
     return f"`{column.name}` {column.type.upper()}{'' if column.nullable else ' NOT NULL'}"
+
+
+def _check_free(lookup: TableLookup, or_alter: bool, catalog: str, database: str, name: str) -> None:
+    identifier = f"{catalog}.{database}.{name}"
+    if lookup is TableLookup.EXISTS:
+        if or_alter:
+            raise ValidationError(f"Table {identifier}: Regular table does not support create or alter "
+                                  "operation.")
+        raise ValidationError(f"Table {identifier} already exists and is not a materialized table.")
+    if lookup is TableLookup.NO_DATABASE:
+        raise ValidationError(f"Database '{catalog}'.'{database}' doesn't exist.")
 
 
 def _job_text(table: MaterializedTable) -> str:

@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 
 from mt_magic.errors import SparkError, ValidationError
 from mt_magic.spark.catalog import builtin_functions, is_catalog, temporary_functions
-from mt_magic.spark.commands import command_rows
+from mt_magic.spark.commands import alongside, command_rows
 from mt_magic.spark.errors import SPARK_ERRORS, error_class, spark_call, spark_message
 from mt_magic.spark.session import is_connect
 from mt_magic.sql.relations import NameRef, cte_scopes, in_cte_scope, is_query, relation_positions
@@ -61,11 +61,14 @@ class QueryAnalyzer:
         self._builtins: frozenset[str] | None = None
 
     @contextmanager
-    def pinned(self) -> Iterator[None]:
+    def pinned(self, current: tuple[str, str] | None = None) -> Iterator[None]:
         """One statement's view of the session: its current catalog and database and its case rule
-        are asked once (a USE between two statements still counts)."""
+        are asked once (a USE between two statements still counts). `current` stands in for the
+        session's: a statement another process sent names tables as its sender's session does."""
         outer = getattr(self._statement, "memo", None)
         self._statement.memo = {} if outer is None else outer
+        if current is not None:
+            self._statement.memo = {**self._statement.memo, "current": tuple(current)}
         try:
             yield
         finally:
@@ -117,8 +120,7 @@ class QueryAnalyzer:
 
     # --------------------------------------------------------------- queries
     def analyze(self, query: str) -> AnalyzedQuery:
-        frame = self._analysed(query)
-        plans = self._plan_text(frame)
+        frame, plans = self._analysed(query)
         relations = self._table_relations(query, plans)
         self._reject_temporary_views(plans)
         self._reject_temporary_functions(query)
@@ -162,15 +164,19 @@ class QueryAnalyzer:
         return text
 
     # -------------------------------------------------------------- helpers
-    def _analysed(self, query: str):
-        """The query parsed and analysed by Spark; its errors say which of the two failed."""
+    def _analysed(self, query: str) -> tuple[Any, str]:
+        """The query parsed and analysed by Spark, and its plans' text; errors say which step failed.
+
+        Over Connect the schema and the plans are two requests on one DataFrame: they go out together.
+        """
         if not is_query(query):
             raise ValidationError("The query of a materialized table must be a query (SELECT, VALUES, "
                                   "FROM or TABLE, after an optional WITH clause), not a statement.")
         try:
             frame = self._query_frame(query)
-            frame.schema    # noqa: B018 - a Connect DataFrame analyses lazily
-            return frame
+            plans = alongside(self.spark, self._plan_text, frame)
+            frame.schema    # noqa: B018 - analyses a Connect DataFrame; its errors come first
+            return frame, plans.result()
         except SPARK_ERRORS as error:
             parse = (error_class(error) or "").startswith("PARSE") or "PARSE_SYNTAX_ERROR" in str(error)
             what = "The query does not parse" if parse else "The query is not valid"

@@ -1,15 +1,40 @@
-"""The rows of a SQL command (SHOW, DESCRIBE, …) in one round trip over either kind of session.
+"""Requests to Spark that cost one round trip each over Spark Connect, and requests side by side.
 
 Over Spark Connect, `spark.sql` runs a command at once and the answer already carries its rows as
 Arrow data; `collect()` would send them back to the server and run them again (a second round trip,
-about 30 ms on a local server). Reading them from the answer keeps catalog lookups cheap.
+about 30 ms on a local server). Reading them from the answer keeps catalog lookups cheap. Requests
+that do not depend on each other can travel together (`alongside`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 from mt_magic.spark.session import is_connect
+
+_T = TypeVar("_T")
+
+
+def alongside(spark: Any, request: Callable[..., _T], *args: Any) -> Future[_T]:
+    """`request(*args)` in a thread of its own over Connect, where waiting for the server dominates
+    (the client is thread-safe); on a classic session, at once (py4j calls cost microseconds). The
+    thread ends with the request: nothing lingers after the statement."""
+    result: Future[_T] = Future()
+
+    def run() -> None:
+        try:
+            result.set_result(request(*args))
+        except BaseException as error:   # noqa: BLE001 - handed to whoever asks for the result
+            result.set_exception(error)
+
+    if is_connect(spark):
+        threading.Thread(target=run, name="mt_magic-request", daemon=True).start()
+    else:
+        run()
+    return result
 
 
 def command_rows(spark: Any, text: str) -> list[tuple]:
