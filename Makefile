@@ -25,14 +25,16 @@ $(BROWSER)/node_modules/.package-lock.json: $(BROWSER)/package-lock.json
 demo: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m mt_magic.demo
 
-# The whole suite twice: on a classic SparkSession, then as a client of a local Spark Connect server.
+# The whole suite twice: on a classic SparkSession, then as a client of a local Spark Connect server
+# (the tests that start their own processes, marked `processes`, run once).
 TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python
 test: setup chromium $(BROWSER)/node_modules/.package-lock.json
 	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q
-	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) MT_MAGIC_SPARK_REMOTE='local[2]' $(BIN)/python -m pytest -q
+	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) MT_MAGIC_SPARK_REMOTE='local[2]' $(BIN)/python -m pytest -q -m 'not processes'
 
 benchmark: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/full_refresh.py
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/continuous_lag.py
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/notebook_overhead.py
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/connect_modes.py
+	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/service.py

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
 
 from mt_magic.errors import ValidationError
@@ -20,6 +22,7 @@ CHECKPOINT_INTERVAL = "execution.checkpointing.interval"
 CHECKPOINT_DIR = "execution.checkpointing.dir"
 MAX_RESTARTS = "materialized-table.continuous.max-restarts"
 STATIC_SOURCES = "materialized-table.continuous.static-sources"
+CLIENT_TIMEOUT = "materialized-table.client.timeout"
 
 DEFAULTS: dict[str, str] = {
     FRESHNESS_THRESHOLD: "30 min",
@@ -28,6 +31,7 @@ DEFAULTS: dict[str, str] = {
     FULL_INITIALIZE: "on-create",
     VERSION_RETENTION: "10 min",
     MAX_RESTARTS: "3",
+    CLIENT_TIMEOUT: "30 s",
 }
 
 CATALOG_STORE_ENV = "MT_MAGIC_CATALOG_STORE"
@@ -65,9 +69,27 @@ class Options:
     def __init__(self, config: Mapping[str, str] | None = None) -> None:
         self._base = {**DEFAULTS, **{k: str(v) for k, v in (config or {}).items()}}
         self._session: dict[str, str] = {}
+        self._local = threading.local()
 
     def get(self, key: str, default: str | None = None) -> str | None:
+        overlay = getattr(self._local, "overlay", None)
+        if overlay and key in overlay:
+            return overlay[key]
         return self._session.get(key, self._base.get(key, default))
+
+    def explicit(self) -> dict[str, str]:
+        """What this gateway sets beyond the defaults: sent with a statement another process runs."""
+        return {k: v for k, v in {**self._base, **self._session}.items() if DEFAULTS.get(k) != v}
+
+    @contextmanager
+    def overlay(self, values: Mapping[str, str]) -> Iterator[None]:
+        """Another gateway's options, for the statements this thread runs meanwhile."""
+        previous = getattr(self._local, "overlay", None)
+        self._local.overlay = dict(values)
+        try:
+            yield
+        finally:
+            self._local.overlay = previous
 
     def duration(self, key: str) -> timedelta:
         value = self.get(key)
@@ -79,7 +101,7 @@ class Options:
     def check(key: str, value: str) -> None:
         """A value SET may give the key: durations must parse."""
         if key in (FRESHNESS_THRESHOLD, DEFAULT_FRESHNESS_CONTINUOUS, DEFAULT_FRESHNESS_FULL,
-                   VERSION_RETENTION):
+                   VERSION_RETENTION, CLIENT_TIMEOUT):
             parse_duration(value, key)
 
     def set(self, key: str, value: str) -> None:

@@ -2,35 +2,49 @@
 
 A facade over the manager: it wires the parts for one session and one catalog store, runs each
 statement as plan → apply (a dry run stops after the plan), and offers the public methods the
-notebook, the scheduler and scripts call.
+notebook, the scheduler and scripts call. One gateway per store owns it and runs the pipelines;
+the others are clients that send it the statements that change pipelines (see manager/ownership).
 """
 
 from __future__ import annotations
 
+import atexit
+import threading
 from collections.abc import Mapping
 from typing import Any
 
+from mt_magic import config as cfg
+from mt_magic import errors
+from mt_magic.catalog.lease import Holder, OwnerKind
 from mt_magic.errors import MaterializedTableError, SparkError
 from mt_magic.manager.describe import describe_dict
 from mt_magic.manager.lifecycle import Lifecycle
+from mt_magic.manager.ownership import Ownership, Role
 from mt_magic.manager.pipelines import PipelineState, Pipelines
 from mt_magic.manager.plans import Planner
 from mt_magic.manager.workspace import Workspace
 from mt_magic.results import Result
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
-from mt_magic.spark.session import active_session
+from mt_magic.spark.session import active_session, session_info
+from mt_magic.sql import statements as st
 from mt_magic.sql.parser import parse
+
+# Statements that change what runs for a table: a client sends them to the store's owner.
+_OWNER_STATEMENTS = (st.CreateMaterializedTable, st.AlterSuspend, st.AlterResume, st.AlterQuery,
+                     st.AlterSetFreshness, st.AlterSetRefreshMode, st.AlterSetOptions, st.AlterResetOptions,
+                     st.DropMaterializedTable)
 
 
 class Gateway:
     """Executes statements against one SparkSession (classic or Spark Connect) and one catalog store.
 
-    A new Gateway on an existing store puts every table back into Spark, rolls back creations a
-    crash left INITIALIZING, and restarts the pipelines (SUSPENDED ones stay paused).
+    The first Gateway on a store owns it: it puts every table back into Spark, rolls back creations
+    a crash left INITIALIZING, and restarts the pipelines (SUSPENDED ones stay paused). A Gateway on a
+    store a live process owns is a client; it takes over when that owner dies.
     """
 
     def __init__(self, spark: Any | None = None, catalog_store: str | None = None,
-                 config: Mapping[str, str] | None = None) -> None:
+                 config: Mapping[str, str] | None = None, kind: OwnerKind = OwnerKind.KERNEL) -> None:
         spark = spark or active_session()
         if spark is None:
             raise MaterializedTableError(
@@ -38,7 +52,16 @@ class Gateway:
         self._ws = Workspace(spark, catalog_store, config)
         self.pipelines = Pipelines(self._ws, refresh=lambda name, at: self.refresh(name, schedule_time=at))
         self._planner = Planner(self._ws, self.pipelines, Lifecycle(self._ws, self.pipelines))
-        self.restore_warnings: list[str] = self.pipelines.restore()
+        self.restore_warnings: list[str] = []
+        self._owning = threading.RLock()      # held while this gateway acts as the owner
+        self._ownership = Ownership(self._ws.store.path, Holder.me(kind, session_info(spark).application_id),
+                                    become_owner=self._own, become_client=self._disown,
+                                    serve=self._serve, on_store_change=self.pipelines.follow_store)
+        self._ownership.start()
+        self._closed = False
+        atexit.register(self.close)      # a process that ends lets go of the store at once
+        if self._ownership.role is Role.CLIENT:
+            self.pipelines.follow_store()
 
     @property
     def spark(self) -> Any:
@@ -68,9 +91,55 @@ class Gateway:
         return results
 
     def _run(self, statement, dry_run: bool) -> Result:
-        with self._ws.analyzer.pinned():
+        if not dry_run and isinstance(statement, _OWNER_STATEMENTS) and self._ownership.role is Role.CLIENT:
+            return self._forward(statement)
+        with self._owning, self._ws.analyzer.pinned():
             plan = self._planner.plan(statement)
             return Result.ok(f"Valid: {plan.summary()}.") if dry_run else plan.apply()
+
+    # ============================================================ ownership
+    def _own(self, takeover: bool) -> None:
+        with self._owning:
+            self.pipelines.owner = True
+            self.restore_warnings = self.pipelines.restore()
+            if takeover:
+                self.pipelines.catch_up()
+
+    def _disown(self) -> None:
+        with self._owning:
+            self.pipelines.owner = False
+            self.pipelines.stop_all()
+
+    def _forward(self, statement) -> Result:
+        """A client's statement, run by the owner in the owner's session, named as here."""
+        request = {"sql": statement.text, "current": list(self._ws.analyzer.current()),
+                   "options": self._ws.options.explicit()}
+        answer = self._ownership.send(request, self._ws.options.duration(cfg.CLIENT_TIMEOUT).total_seconds())
+        self.pipelines.follow_store()
+        if "error" in answer:
+            error_type = getattr(errors, answer["error"]["type"], MaterializedTableError)
+            raise error_type(answer["error"]["message"])
+        return Result.from_document(answer["result"])
+
+    def _serve(self, request: dict) -> dict:
+        """Run a statement a client sent (the owner's mailbox thread)."""
+        try:
+            with self._ws.options.overlay(request["options"]), self._ws.analyzer.pinned(request["current"]):
+                (result,) = self.execute(request["sql"])
+            return {"result": result.to_document()}
+        except MaterializedTableError as error:
+            return {"error": {"type": type(error).__name__, "message": str(error)}}
+        except Exception as error:   # noqa: BLE001 - the client gets it; the mailbox thread goes on
+            return {"error": {"type": "ExecutionError", "message": spark_message(error)}}
+
+    def owner(self) -> dict | None:
+        """Who owns the store (kind, host, pid, application id) and whether it is this gateway."""
+        holder = self._ownership.owner()
+        if holder is None:
+            return None
+        return {"kind": str(holder.kind), "host": holder.host, "pid": holder.pid,
+                "application_id": holder.application_id,
+                "this_gateway": self._ownership.role is Role.OWNER}      # taken, and its pipelines up
 
     @staticmethod
     def _guarded(action):
@@ -83,13 +152,19 @@ class Gateway:
     # ======================================================= public methods
     def describe(self, name: str) -> dict:
         table = self._ws.load(self._ws.name(name))
-        return describe_dict(table, self.pipelines.scheduler.next_fire_time(table.identifier))
+        return describe_dict(table, self.pipelines.next_refresh(table))
 
     def refresh(self, name: str, schedule_time: str | None = None,
                 partition: Mapping[str, str] | None = None) -> Result:
         """A manual refresh; with schedule_time, exactly what the scheduler does when it fires then."""
         table = self._ws.load(self._ws.name(name))
         return self._guarded(lambda: self.pipelines.refresh(table, dict(partition or {}), schedule_time))
+
+    def history(self, name: str | None = None, limit: int | None = None) -> list[dict]:
+        """Refreshes newest first (of one table, or of all): table, trigger, schedule_time, started,
+        finished, outcome, rows, partitions, error and the runner (host, pid, application id)."""
+        identifier = ".".join(self._ws.identifier(self._ws.name(name))) if name else None
+        return self.pipelines.history.entries(identifier, limit)
 
     def progress(self, name: str) -> dict | None:
         """The running streaming job's latest progress (CONTINUOUS tables), else None."""
@@ -106,8 +181,16 @@ class Gateway:
         return self.pipelines.refreshing(identifier)
 
     def close(self) -> None:
-        """Stop the streaming jobs gracefully, the scheduler and any running refresh; statuses stay."""
-        self.pipelines.close()
+        """Stop the streaming jobs gracefully, the scheduler and any running refresh; statuses stay.
+        The store's lease is released, so another process can own it at once."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        self._ownership.stop()
+        with self._owning:
+            self.pipelines.close()
+        self._ownership.release()
 
     def __enter__(self) -> Gateway:
         return self

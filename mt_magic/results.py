@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True)
@@ -23,3 +24,11 @@ class Result:
               truncated: bool = False) -> Result:
         return cls(list(columns), [tuple(r) for r in rows],
                    message or f"{len(rows)} row{'s' if len(rows) != 1 else ''}", truncated)
+
+    def to_document(self) -> dict:
+        """JSON-ready (values JSON cannot hold become text): a result another process sends back."""
+        return json.loads(json.dumps(asdict(self), default=str))
+
+    @classmethod
+    def from_document(cls, doc: dict) -> Result:
+        return cls(doc["columns"], [tuple(r) for r in doc["rows"]], doc["message"], doc["truncated"])

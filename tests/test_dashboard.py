@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from helpers import wait_for
 
+from mt_magic import Gateway
 from mt_magic.notebook.dashboard import Dashboard, Dashboards, run_for_dashboard
 from mt_magic.spark.session import session_info
 
@@ -132,3 +135,19 @@ def test_the_notebook_text_form_is_the_whole_repr(gw, sales, board):
     bundle = dashboard._repr_mimebundle_()
     assert len(repr(dashboard)) > 110 and bundle["text/plain"] == repr(dashboard)
     assert "application/vnd.jupyter.widget-view+json" in bundle
+
+
+def test_the_dashboard_says_who_owns_the_store_and_works_in_a_client(spark, gw, sales, store_path):
+    gw.execute(CREATE_T)
+    assert "owned by this kernel" in Dashboard(gw, run_for_dashboard(gw.execute)).owner.value
+    client = Gateway(spark, catalog_store=store_path)
+    try:
+        dashboard = Dashboard(client, run_for_dashboard(client.execute))
+        assert f"owned by kernel pid {os.getpid()}" in dashboard.owner.value
+        assert "this kernel is its client" in dashboard.owner.value
+        assert "ACTIVATED" in cells(dashboard, "t")
+        buttons(dashboard, "t")["SUSPEND"].click()           # sent to the owner, which applies it
+        assert gw.describe("t")["refresh_status"] == "SUSPENDED"
+        wait_for(lambda: "SUSPENDED" in cells(dashboard, "t"), timeout=10)
+    finally:
+        client.close()

@@ -79,3 +79,24 @@ def test_superseded_versions_are_deleted_after_the_retention(spark, db, sales, s
         assert spark.table("t").count() == 4
     finally:
         gateway.close()
+
+
+def test_only_the_owner_sweeps_and_never_a_write_in_flight(spark, db, sales, store_path):
+    config = {"materialized-table.storage.version-retention": "0 s"}
+    owner = Gateway(spark, catalog_store=store_path, config=config)
+    client = Gateway(spark, catalog_store=store_path, config=config)
+    try:
+        owner.execute("CREATE MATERIALIZED TABLE t REFRESH_MODE = FULL AS SELECT * FROM sales")
+        root = owner.store.get(owner.describe("t")["identifier"]).storage.root.removeprefix("file:")
+        in_flight = os.path.join(root, "v-99990101T000000000000-inflight")
+        os.makedirs(os.path.join(in_flight, "_temporary", "0"))
+        for _ in range(3):
+            client.execute("ALTER MATERIALIZED TABLE t REFRESH")         # runs in the client's session
+        assert len([n for n in os.listdir(root) if n.startswith("v-")]) == 5    # a client sweeps nothing
+        for _ in range(2):
+            owner.execute("ALTER MATERIALIZED TABLE t REFRESH")
+        assert sorted(n for n in os.listdir(root) if n.startswith("v-"))[-1] == os.path.basename(in_flight)
+        assert len([n for n in os.listdir(root) if n.startswith("v-")]) == 3    # published, last superseded, in flight
+    finally:
+        client.close()
+        owner.close()

@@ -101,4 +101,4 @@ def test_concurrent_updates_from_threads_and_processes_are_all_kept(tmp_path):
     assert all(p.exitcode == 0 for p in processes)
     assert store.get("spark_catalog.db.t").options["n"] == "120"
     json.loads((tmp_path / "catalog.json").read_text())      # still whole, valid JSON
-    assert not list(tmp_path.glob(".catalog-*.tmp"))
+    assert not list(tmp_path.glob("*.tmp"))

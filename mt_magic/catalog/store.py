@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +12,7 @@ from filelock import FileLock
 from tinydb import Query, TinyDB
 from tinydb.storages import Storage
 
+from mt_magic.catalog.jsonfile import read_json, write_json
 from mt_magic.catalog.model import SCHEMA_VERSION, MaterializedTable
 from mt_magic.errors import MaterializedTableError
 
@@ -28,32 +27,10 @@ class AtomicJSONStorage(Storage):
         self.path = path
 
     def read(self) -> dict | None:
-        try:
-            with open(self.path, encoding="utf-8") as handle:
-                text = handle.read()
-        except FileNotFoundError:
-            return None
-        return json.loads(text) if text.strip() else None
+        return read_json(self.path)
 
     def write(self, data: dict) -> None:
-        folder = os.path.dirname(os.path.abspath(self.path))
-        fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                # No indent: only then does json use its C encoder, several times faster.
-                handle.write(json.dumps(data, sort_keys=True))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_json(self.path, data, durable=True)
 
 
 class CatalogStore:
@@ -67,6 +44,8 @@ class CatalogStore:
         self._table_locks: dict[str, FileLock] = {}
         self._lock_dir = os.path.join(os.path.dirname(self.path), ".locks")
         os.makedirs(self._lock_dir, exist_ok=True)
+        with self._thread_lock, self._file_lock:
+            _check_ours(self.path)
         with self._db() as db:
             meta = db.table(_META, cache_size=0)
             version = meta.get(doc_id=1)
@@ -127,6 +106,20 @@ class CatalogStore:
     def delete(self, identifier: str) -> None:
         with self._db() as db:
             db.table(_TABLES, cache_size=0).remove(Query().identifier == identifier)
+
+
+def _check_ours(path: str) -> None:
+    """A file that is not a catalog store is never written to: a clear error, the file left as it is."""
+    try:
+        document = read_json(path)
+    except (OSError, ValueError) as error:
+        reason = error.strerror if isinstance(error, OSError) else "it is not JSON"
+        raise MaterializedTableError(f"The catalog store {path} cannot be read ({reason}); it was left as "
+                                     "it is.") from None
+    if document is not None and not (isinstance(document, dict) and _META in document
+                                     and set(document) <= {_META, _TABLES}):
+        raise MaterializedTableError(f"{path} is not an mt_magic catalog store; it was left as it is. Name "
+                                     "a new file or the catalog.json of an existing store.")
 
 
 def _strip(doc: dict) -> dict:

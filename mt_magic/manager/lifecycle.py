@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mt_magic import config as cfg
+from mt_magic.catalog.history import Trigger
 from mt_magic.catalog.model import ACTIVATED, MaterializedTable
 from mt_magic.errors import ExecutionError, MaterializedTableError
 from mt_magic.manager.pipelines import Pipelines
@@ -35,7 +36,7 @@ class Lifecycle:
                 step = "starting the continuous refresh job"
             elif self.ws.options.get(cfg.FULL_INITIALIZE) != "on-schedule":
                 step = "running the initial refresh"
-                table = self.pipelines.run(table, {}, periodic=False)
+                table = self.pipelines.run(table, {}, Trigger.INITIAL)
                 step = "creating the refresh workflow"
             else:
                 step = "creating the refresh workflow"

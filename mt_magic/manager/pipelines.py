@@ -8,13 +8,18 @@ the table's lock and records its outcome in the catalog store.
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from mt_magic import config as cfg
 from mt_magic.catalog.handlers import JobHandler, RefreshHandler, ScheduleHandler
+from mt_magic.catalog.history import RefreshEntry, RefreshHistory, Runner, Trigger
 from mt_magic.catalog.model import (ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable, Outcome,
                                     RefreshOutcome, now_iso)
 from mt_magic.errors import (ExecutionError, MaterializedTableError, StateError, TableNotFoundError,
@@ -23,12 +28,13 @@ from mt_magic.manager.workspace import Workspace
 from mt_magic.refresh.continuous import ContinuousJobs, Progress, output_mode
 from mt_magic.refresh.full import job_group, run_refresh
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT, periodic_partition
-from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, workflow_name
+from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, next_fire, workflow_name, zone_named
 from mt_magic.results import Result
 from mt_magic.spark.errors import SPARK_ERRORS, spark_call, spark_message
 from mt_magic.spark.jobs import cancel_jobs
 from mt_magic.spark.session import session_info
 from mt_magic.sql.freshness import CONTINUOUS, FULL, IntervalFreshness, ModeDecision
+from mt_magic.sql.statements import quote_identifier
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +54,31 @@ class Pipelines:
         self.ws = ws
         self._running: set[str] = set()
         self.scheduler = RefreshScheduler(refresh)
+        self.history = RefreshHistory(ws.store.path)
+        self.owner = False        # this process runs the store's pipelines (set by the gateway)
+        self._followed: dict[str, tuple | None] = {}
+        self._following = threading.Lock()
         self.jobs = ContinuousJobs(ws.spark, ws.storage, ws.store, ws.retention_s, self._job_failed)
 
     # ============================================================ state
     def state(self, table: MaterializedTable) -> PipelineState:
         identifier = table.identifier
-        return PipelineState(table, self.scheduler.next_fire_time(identifier), identifier in self._running,
+        return PipelineState(table, self.next_refresh(table), identifier in self._running,
                              self.jobs.progress(identifier) if table.refresh_mode == CONTINUOUS else None)
 
     def refreshing(self, identifier: str) -> bool:
         return identifier in self._running
+
+    def next_refresh(self, table: MaterializedTable) -> datetime | None:
+        """The scheduler's next fire where this process owns the store; a client computes it from the
+        table's schedule, as the owner's scheduler does."""
+        if self.scheduler.has(table.identifier):
+            return self.scheduler.next_fire_time(table.identifier)
+        handler = table.refresh_handler
+        if table.refresh_status != ACTIVATED or not isinstance(handler, ScheduleHandler):
+            return None
+        zone = zone_named(handler.time_zone)
+        return next_fire(IntervalFreshness.parse(table.freshness), zone, datetime.now(zone))
 
     def next_text(self, identifier: str) -> str:
         moment = self.scheduler.next_fire_time(identifier)
@@ -112,6 +133,10 @@ class Pipelines:
     def checkpoint_root(self) -> str:
         return self.ws.options.get(cfg.CHECKPOINT_DIR) or f"{self.ws.home()}/checkpoints"
 
+    def savepoint_root(self) -> str:
+        """Unlike Flink, SUSPEND needs no setting: savepoints default to a folder beside the store."""
+        return self.ws.options.get(cfg.SAVEPOINT_DIR) or f"{self.ws.home()}/savepoints"
+
     def new_checkpoint(self, table: MaterializedTable, root: str | None = None) -> str:
         folder = root or self.checkpoint_root()
         return self.ws.storage.files.qualify(
@@ -158,7 +183,8 @@ class Pipelines:
                          f"refresh mode {decision.refresh_mode}{self.next_text(table.identifier)}.")
 
     # ========================================================== refresh
-    def refresh(self, table: MaterializedTable, spec: dict[str, str], schedule_time: str | None) -> Result:
+    def refresh(self, table: MaterializedTable, spec: dict[str, str], schedule_time: str | None,
+                trigger: Trigger | None = None) -> Result:
         """A manual refresh (spec = the partitions to rewrite) or the scheduler's at schedule_time."""
         if schedule_time is not None:
             if table.refresh_status != ACTIVATED:
@@ -167,8 +193,8 @@ class Pipelines:
             freshness = IntervalFreshness.parse(table.freshness)
             spec = periodic_partition(schedule_time, freshness, table.formatter_options(), self.ws.zone(),
                                       table.identifier)
-        table = self.run(table, check_partition_spec(table, spec), periodic=schedule_time is not None,
-                         schedule_time=schedule_time)
+        trigger = trigger or (Trigger.SCHEDULED if schedule_time is not None else Trigger.MANUAL)
+        table = self.run(table, check_partition_spec(table, spec), trigger, schedule_time)
         last = table.last_refresh
         info = session_info(self.ws.spark)
         target = ", ".join(f"{k}={v}" for k, v in last.partition.items()) or "whole table"
@@ -178,15 +204,16 @@ class Pipelines:
                             message=f"Refreshed {table.identifier} ({target}): {last.rows} rows in "
                                     f"{last.duration_s:.2f} s.")
 
-    def run(self, table: MaterializedTable, spec: dict[str, str], periodic: bool,
+    def run(self, table: MaterializedTable, spec: dict[str, str], trigger: Trigger,
             schedule_time: str | None = None) -> MaterializedTable:
-        """One refresh at a time per table; the outcome is recorded either way."""
+        """One refresh at a time per table; the outcome is recorded either way, in the record and
+        in the history."""
         identifier = table.identifier
         with self.ws.lock(identifier):
             current = self.ws.store.get(identifier)
             if current is None:
                 raise TableNotFoundError(f"Materialized table {identifier} was dropped.")
-            dynamic = current.dynamic_options if periodic else {}
+            dynamic = current.dynamic_options if trigger in (Trigger.SCHEDULED, Trigger.CATCH_UP) else {}
             started_at, started = now_iso(), time.monotonic()
             self._running.add(identifier)
             try:
@@ -196,6 +223,7 @@ class Pipelines:
                 outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.FAILED, None, spec,
                                          schedule_time, message)
                 self.ws.store.update(identifier, lambda t: t.with_refresh(outcome))
+                self._record(identifier, trigger, outcome)
                 if isinstance(error, MaterializedTableError):
                     raise ExecutionError(f"Refreshing the materialized table {identifier} failed: "
                                          f"{message}") from None
@@ -205,8 +233,21 @@ class Pipelines:
             outcome = RefreshOutcome(started_at, result.duration_s, Outcome.SUCCEEDED, result.rows, spec,
                                      schedule_time)
             updated = self.ws.store.update(identifier, lambda t: t.with_refresh(outcome, storage=result.storage))
-            self.ws.storage.sweep(updated, self.ws.retention_s())
+            self._record(identifier, trigger, outcome)
+            if self.owner:       # leftovers are the owner's to sweep, never a client's
+                self.ws.storage.sweep(updated, self.ws.retention_s())
             return updated
+
+    def _record(self, identifier: str, trigger: Trigger, outcome: RefreshOutcome) -> None:
+        info = session_info(self.ws.spark)
+        self.history.record(RefreshEntry(
+            identifier, trigger, outcome.schedule_time, outcome.started_at, now_iso(), outcome.outcome,
+            outcome.rows, Runner(socket.gethostname(), os.getpid(), info.application_id), outcome.partition,
+            outcome.error))
+        log.info("Refresh of %s (%s%s): %s, %s rows in %.2f s%s", identifier, trigger,
+                 f" {outcome.schedule_time}" if outcome.schedule_time else "", outcome.outcome,
+                 outcome.rows if outcome.rows is not None else "no", outcome.duration_s,
+                 f": {outcome.error}" if outcome.error else "")
 
     # =================================================== suspend/resume
     def suspend(self, table: MaterializedTable) -> Result:
@@ -230,7 +271,7 @@ class Pipelines:
         self.jobs.stop(table.identifier)    # waits for a batch in flight, which takes the table lock
         with self.ws.lock(table.identifier):
             job = table.job
-            savepoint = self.new_checkpoint(table, self.ws.options.get(cfg.SAVEPOINT_DIR))
+            savepoint = self.new_checkpoint(table, self.savepoint_root())
             self.ws.storage.files.mkdirs(savepoint.rsplit("/", 1)[0])
             self.ws.storage.files.rename(job.checkpoint_location, savepoint)
             handler = replace(job, restore_path=savepoint, checkpoint_location=savepoint)
@@ -254,6 +295,7 @@ class Pipelines:
     # ========================================================= restarts
     def _job_failed(self, identifier: str, message: str) -> None:
         """Called from Spark's listener thread: record, then restart with backoff up to the limit."""
+        log.warning("Continuous refresh job of %s failed: %s", identifier, message)
         table = self.ws.store.update(identifier, lambda t: _with_job(t, failure=message, failed_at=now_iso()))
         if table is None or table.job is None:
             return
@@ -293,7 +335,7 @@ class Pipelines:
                     self.discard(table)
                     continue
                 self.ws.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{table.catalog}`.`{table.database}`")
-                self.ws.storage.register(table)
+                self.ws.storage.follow(table)
                 if table.refresh_mode == FULL:
                     self.start(table, fresh=False, paused=table.refresh_status == SUSPENDED)
                 elif table.refresh_status == ACTIVATED:
@@ -303,6 +345,56 @@ class Pipelines:
             except (MaterializedTableError, *SPARK_ERRORS) as error:
                 warnings.append(f"{table.identifier}: {spark_message(error)}")
         return warnings
+
+    # ======================================================== ownership
+    def stop_all(self) -> None:
+        """This process no longer owns the store: schedules go, streams stop at a checkpoint."""
+        self.scheduler.clear()
+        self.jobs.stop_all(listening=True)
+
+    def catch_up(self) -> None:
+        """Taking over from a dead owner: each ACTIVATED FULL table's latest fire, unless it ran, runs
+        once now with its own schedule time."""
+        now = datetime.now(self.ws.zone())
+        for table in self.ws.store.list():
+            if table.refresh_mode != FULL or table.refresh_status != ACTIVATED:
+                continue
+            fire = IntervalFreshness.parse(table.freshness).floor(now)
+            if fire <= datetime.fromisoformat(table.created_at):
+                continue
+            stamp = fire.strftime(SCHEDULE_TIME_FORMAT)
+            if any(e["schedule_time"] == stamp for e in self.history.entries(table.identifier, limit=20)):
+                continue
+            self.scheduler.run_once(f"catch-up:{table.identifier}", 0,
+                                    lambda t=table, s=stamp: self._catch_up(t.identifier, s))
+
+    def _catch_up(self, identifier: str, schedule_time: str) -> None:
+        try:
+            table = self.ws.store.get(identifier)
+            if table is not None:
+                self.refresh(table, {}, schedule_time, Trigger.CATCH_UP)
+        except (MaterializedTableError, *SPARK_ERRORS) as error:
+            log.warning("Catch-up refresh of %s for %s: %s", identifier, schedule_time, spark_message(error))
+
+    def follow_store(self) -> None:
+        """A client's session follows what other processes created, published and dropped."""
+        with self._following:
+            seen: dict[str, tuple | None] = {}
+            for table in self.ws.store.list():
+                if table.refresh_status == INITIALIZING:
+                    continue
+                storage = table.storage
+                seen[table.identifier] = (storage.location, tuple((tuple(p.spec.items()), p.location)
+                                                                  for p in storage.partitions))
+                if self._followed.get(table.identifier) != seen[table.identifier]:
+                    try:
+                        self.ws.storage.follow(table)
+                    except (MaterializedTableError, *SPARK_ERRORS) as error:
+                        log.warning("Following %s: %s", table.identifier, spark_message(error))
+                        seen[table.identifier] = None        # tried again at the next change
+            for identifier in set(self._followed) - set(seen):
+                self.ws.storage.forget(".".join(quote_identifier(p) for p in identifier.split(".", 2)))
+            self._followed = seen
 
     def close(self) -> None:
         """Stop the streaming jobs gracefully, the scheduler and any running refresh; statuses stay."""

@@ -234,10 +234,6 @@ class Planner:
             if table.refresh_status == SUSPENDED:
                 raise StateError(f"Materialized table {table.identifier} continuous refresh job has been "
                                  f"suspended, jobId is {_job_text(table)}.")
-            if not self.ws.options.get(cfg.SAVEPOINT_DIR):
-                raise StateError(f"Failed to suspend the continuous refresh job for materialized table "
-                                 f"{table.identifier}. Savepoint directory is not configured, can't stop "
-                                 f"job with savepoint ('{cfg.SAVEPOINT_DIR}').")
         elif table.refresh_status == SUSPENDED:
             raise StateError(f"Materialized table {table.identifier} refresh workflow has been suspended.")
         return _plan(f"would suspend materialized table {table.identifier}",
@@ -332,7 +328,7 @@ class Planner:
             return self._spark(statement)
         return _plan(f"would describe {identifier}", lambda: Result.table(
             ["col_name", "data_type", "comment"],
-            describe_rows(table, statement.extended, self.pipelines.scheduler.next_fire_time(identifier))))
+            describe_rows(table, statement.extended, self.pipelines.next_refresh(table))))
 
     # ======================================================== SET/RESET
     def _set(self, statement: st.SetOption) -> Plan:

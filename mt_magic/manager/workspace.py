@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from datetime import timedelta, timezone, tzinfo
+from datetime import tzinfo
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from mt_magic import config as cfg
 from mt_magic.catalog.model import INITIALIZING, MaterializedTable
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import StateError, TableNotFoundError, ValidationError
+from mt_magic.refresh.scheduler import zone_named
 from mt_magic.spark.analysis import QueryAnalyzer
 from mt_magic.spark.catalog import TableLookup, lookup_table
 from mt_magic.storage.versions import TableStorage
@@ -83,9 +82,4 @@ class Workspace:
 
     def zone(self) -> tzinfo:
         """The session time zone: one zone for cron and for the T − freshness rule."""
-        name = self.spark.conf.get("spark.sql.session.timeZone") or "UTC"
-        offset = re.fullmatch(r"(?:GMT|UTC)?([+-])(\d{1,2}):?(\d{2})?", name)
-        if offset:
-            sign = -1 if offset.group(1) == "-" else 1
-            return timezone(sign * timedelta(hours=int(offset.group(2)), minutes=int(offset.group(3) or 0)))
-        return ZoneInfo(name)
+        return zone_named(self.spark.conf.get("spark.sql.session.timeZone") or "UTC")

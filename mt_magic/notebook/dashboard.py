@@ -20,7 +20,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from mt_magic.errors import MaterializedTableError
 from mt_magic.gateway import Gateway
-from mt_magic.notebook.status import Refresh, TableStatus, table_statuses
+from mt_magic.notebook.status import Refresh, TableStatus, owner_text, table_statuses
 from mt_magic.sql.statements import quote_identifier
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,8 @@ class Dashboard(widgets.VBox):
         self.rows = widgets.VBox()
         self.detail = widgets.HTML()
         self.message = widgets.HTML()
-        super().__init__([self.header, self.rows, self.detail, self.message])
+        self.owner = widgets.HTML()
+        super().__init__([self.owner, self.header, self.rows, self.detail, self.message])
         self.add_class("mt-magic-dashboard")
         self.sync()
 
@@ -118,7 +119,10 @@ class Dashboard(widgets.VBox):
 
     def _show(self, statuses: list[TableStatus]) -> None:
         now = self._clock()
+        owner = f"<small>Catalog store {_e(self.gateway.store.path)}: {_e(owner_text(self.gateway.owner()))}</small>"
         with self._lock:
+            if owner != self.owner.value:
+                self.owner.value = owner
             self._statuses = statuses
             by_id = {s.identifier: s for s in statuses}
             for identifier, row in list(self._rows.items()):

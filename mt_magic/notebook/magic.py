@@ -15,6 +15,7 @@ from mt_magic.gateway import Gateway
 from mt_magic.notebook.dashboard import Dashboards, run_for_dashboard
 from mt_magic.notebook.display import ResultView
 from mt_magic.notebook.progress import progress_observer
+from mt_magic.notebook.status import owner_text
 from mt_magic.notebook.variables import substitute
 from mt_magic.spark.jobs import JOB_OBSERVER
 from mt_magic.spark.session import (active_session, is_session, restore_client_logs, session_info,
@@ -76,7 +77,7 @@ class MtMagics(Magics):
             origin = f"notebook variable '{spark_name or 'spark'}'" if self._named(spark_name) else \
                 "the active SparkSession"
             print(f"mt_magic: using {origin} ({session_info(spark).text}); "
-                  f"catalog store {self.gateway.store.path}")
+                  f"catalog store {self.gateway.store.path}, {owner_text(self.gateway.owner())}")
             for warning in self.gateway.restore_warnings:
                 print(f"mt_magic: {warning}")
         return self.gateway

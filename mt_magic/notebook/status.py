@@ -46,6 +46,16 @@ class TableStatus:
         return self.data_age is not None and self.data_age > self.freshness
 
 
+def owner_text(owner: dict | None) -> str:
+    """Who runs the store's pipelines, as the magic and the dashboard say it."""
+    if owner is None:
+        return "owned by no live process (the next statement's gateway takes it)"
+    if owner["this_gateway"]:
+        return "owned by this kernel (it runs the pipelines)"
+    return (f"owned by {owner['kind']} pid {owner['pid']} on {owner['host']} ({owner['application_id']}); "
+            "this kernel is its client")
+
+
 def table_statuses(gateway: Gateway, now: datetime | None = None) -> list[TableStatus]:
     """Every materialized table in the store, ordered by identifier."""
     now = now or datetime.now(timezone.utc)
@@ -58,8 +68,8 @@ def _status(state: PipelineState, tables: list[MaterializedTable], now: datetime
     table = state.table
     history = _history(state)
     published = _published_at(state, history)
-    error = (table.job.failure if table.job else None) or (history[-1].error if history and history[-1].outcome == Outcome.FAILED
-                                       else None)
+    last_failed = history[-1].error if history and history[-1].outcome == Outcome.FAILED else None
+    error = (table.job.failure if table.job else None) or last_failed
     return TableStatus(
         name=table.name, identifier=table.identifier, mode=table.refresh_mode,
         status=table.refresh_status, refreshing=state.refreshing,

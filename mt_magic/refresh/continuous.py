@@ -126,6 +126,8 @@ class ContinuousJobs:
                     self.storage.files.delete(checkpoint)
                 raise
             self._jobs[table.identifier] = Job(table.identifier, table.quoted, query, checkpoint, mode)
+        log.info("Continuous refresh job of %s started (%s mode, every %.1f s, %s)", table.identifier, mode,
+                 trigger_s, "fresh" if fresh else "from its checkpoint")
         return JobHandler(str(query.id), str(query.runId), job_name(table), checkpoint, mode, run_version,
                           trigger_s, info.master, info.application_id, dict(dynamic_options))
 
@@ -143,13 +145,17 @@ class ContinuousJobs:
         job.stopping = True
         try:
             job.query.stop()
+            log.info("Continuous refresh job of %s stopped", identifier)
         except SPARK_ERRORS as error:
             log.warning("Stopping the streaming job of %s: %s", identifier, spark_message(error))
 
-    def stop_all(self) -> None:
+    def stop_all(self, listening: bool = False) -> None:
+        """Every job stopped at a checkpoint; `listening` keeps following the session's queries (a
+        gateway that may own the store again later)."""
         for identifier in list(self._jobs):
             self.stop(identifier)
-        _Listener.unfollow(self.spark, self)
+        if not listening:
+            _Listener.unfollow(self.spark, self)
 
     def is_running(self, identifier: str) -> bool:
         job = self._jobs.get(identifier)

@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from mt_magic.catalog.model import Column, MaterializedTable, Storage
 from mt_magic.storage.versions import TableStorage, data_source_options, folder_writer
+from mt_magic.spark.catalog import refresh_listings
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.jobs import job_scope
 from mt_magic.spark.types import type_from_json, type_sql
@@ -59,6 +60,8 @@ def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable,
     group = job_group(table)
     target = "partition " + ", ".join(f"{k}={v}" for k, v in spec.items()) if spec else "table"
     with job_scope(spark, group, f"refresh {table.identifier} ({target})"):
+        # Another session or application may have written a source: read what is there now.
+        refresh_listings(spark, table.source_tables)
         frame = table_dataframe(spark, table)
         for key, value in spec.items():
             frame = frame.where(F.col(quote_identifier(key)) == F.lit(value))

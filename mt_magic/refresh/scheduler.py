@@ -9,6 +9,7 @@ schedule time.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
 
@@ -17,6 +18,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
+from zoneinfo import ZoneInfo
 
 from mt_magic.errors import MaterializedTableError
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT
@@ -29,6 +31,20 @@ WORKFLOW_GROUP = "default_group"
 
 def workflow_name(quoted_identifier: str) -> str:
     return f"quartz_job_{quoted_identifier}"
+
+
+def zone_named(name: str) -> tzinfo:
+    """A zone as Spark's session time zone names it: a region, or an offset (+01:00, GMT-5, UTC+01:00)."""
+    offset = re.fullmatch(r"(?:GMT|UTC)?([+-])(\d{1,2}):?(\d{2})?", name)
+    if offset:
+        sign = -1 if offset.group(1) == "-" else 1
+        return timezone(sign * timedelta(hours=int(offset.group(2)), minutes=int(offset.group(3) or 0)))
+    return ZoneInfo(name)
+
+
+def next_fire(freshness: IntervalFreshness, zone: tzinfo, after: datetime) -> datetime | None:
+    """When a FULL table's cron fires next after `after` (for whoever does not run the scheduler)."""
+    return CronTrigger(timezone=zone, **freshness.cron_fields()).get_next_fire_time(None, after)
 
 
 class RefreshScheduler:
@@ -84,6 +100,10 @@ class RefreshScheduler:
     def next_fire_time(self, identifier: str) -> datetime | None:
         job = self._scheduler.get_job(identifier)
         return job.next_run_time if job else None
+
+    def clear(self) -> None:
+        """Every job gone (this process no longer owns the pipelines); the scheduler runs on."""
+        self._scheduler.remove_all_jobs()
 
     def shutdown(self) -> None:
         if self._scheduler.running:

@@ -85,6 +85,13 @@ def table_facts(spark: Any, quoted: str) -> TableFacts:
     return TableFacts(details.get("Type", ""), details.get("Location"), tuple(partition_columns))
 
 
+def refresh_listings(spark: Any, identifiers: tuple[str, ...]) -> None:
+    """Forget this session's cached file listings of these tables (catalog.database.name each), which
+    a write from another session or application does not invalidate."""
+    for identifier in identifiers:
+        spark.sql(f"REFRESH TABLE {'.'.join(quote_identifier(p) for p in identifier.split('.', 2))}")
+
+
 def database_location(spark: Any, catalog: str, database: str) -> str:
     rows = command_rows(spark, f"DESCRIBE DATABASE EXTENDED {quote_identifier(catalog)}."
                                f"{quote_identifier(database)}")

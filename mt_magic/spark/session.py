@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,12 +78,41 @@ def local_session(app_name: str = "mt_magic", warehouse: str | None = None, remo
     remote = remote or os.environ.get(REMOTE_ENV)
     if remote:
         return _connect_session(remote, app_name, conf)
-    builder = SparkSession.builder.master("local[2]").appName(app_name)
-    for key, value in conf.items():
+    return _classic_session("local[2]", app_name, conf)
+
+
+def service_session(master: str | None, remote: str | None, conf: Mapping[str, str],
+                    connect_port: int | None = None) -> Any:
+    """The refresh service's session: classic on any master (local, spark://, yarn, k8s), or a
+    Connect client of a cluster's server (`remote`). With `connect_port` its application also serves
+    Spark Connect on localhost, so notebooks share its catalog and see every publish at once."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings = {**_QUIET_CONF, "spark.ui.enabled": "false", **conf}
+    if remote:
+        return _connect_session(remote, "mt_magic-service", settings)
+    return _classic_session(master or "local[*]", "mt_magic-service", settings, connect_port)
+
+
+def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connect_port: int | None = None) -> Any:
+    """A classic session; with `connect_port`, one that serves Spark Connect there too. Its sessions
+    then read table locations from the catalog each time (no per-session relation cache), so one
+    session's publish is what every other session reads next."""
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = dict(conf)
+    if connect_port is not None:
+        settings = {"spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+                    "spark.connect.grpc.binding.address": "127.0.0.1",
+                    "spark.connect.grpc.binding.port": str(connect_port),
+                    "spark.sql.filesourceTableRelationCacheSize": "0", **conf}
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    quiet_query_logs(spark)
+    loggers = ["SQLQueryContextLogger"]
+    if connect_port is not None:
+        loggers.append("org.apache.spark.sql.connect.utils.ErrorUtils")
+    for logger in loggers:
+        _quiet(spark._jvm, logger)
     return spark
 
 
@@ -95,16 +125,7 @@ def _connect_session(remote: str, app_name: str, conf: dict[str, str]) -> Any:
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)   # inherited from a parent client process
     if remote.startswith("local"):
         port = _free_port()
-        builder = (SparkSession.builder.master(remote).appName(app_name)
-                   .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
-                   .config("spark.connect.grpc.binding.address", "127.0.0.1")
-                   .config("spark.connect.grpc.binding.port", str(port)))
-        for key, value in conf.items():
-            builder = builder.config(key, value)
-        server = builder.getOrCreate()
-        server.sparkContext.setLogLevel("ERROR")
-        for logger in ("org.apache.spark.sql.connect.utils.ErrorUtils", "SQLQueryContextLogger"):
-            _quiet(server._jvm, logger)
+        _classic_session(remote, app_name, conf, port)
         remote = f"sc://127.0.0.1:{port}"
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"    # PySpark's own mark of a Connect client process
     client = ConnectSession.builder.remote(remote)
@@ -122,13 +143,8 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def quiet_query_logs(spark: Any) -> None:
-    """Spark logs every failed query at ERROR with its plan; user errors are reported by us instead."""
-    if not is_connect(spark):
-        _quiet(spark._jvm, "SQLQueryContextLogger")
-
-
 def _quiet(jvm: Any, logger: str) -> None:
+    """Spark logs every failed query at ERROR with its plan; user errors are reported by us instead."""
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, jvm.org.apache.logging.log4j.Level.OFF)
 
 
@@ -142,6 +158,12 @@ def silence_client_logs() -> None:
     logging.getLogger("py4j").addHandler(logging.NullHandler())
     for name in _QUERY_ERROR_LOGGERS:
         PySparkLogger.getLogger(name).disabled = True
+
+
+def quiet_library_logs() -> None:
+    """A service logs its own lines at INFO; PySpark's bridge and client only their warnings."""
+    for name in ("py4j", "pyspark"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def restore_client_logs() -> None:

@@ -16,8 +16,8 @@ from urllib.parse import unquote
 
 from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage
 from mt_magic.errors import ValidationError
-from mt_magic.spark.catalog import (check_data_source, partition_clause, partition_metadata,
-                                    switch_partition_locations)
+from mt_magic.spark.catalog import (check_data_source, partition_clause, partition_locations,
+                                    partition_metadata, switch_partition_locations, table_facts)
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import files_for
 from mt_magic.spark.session import is_connect
@@ -84,6 +84,30 @@ class TableStorage:
         self._create_table(table, table.storage)
         if table.storage.catalog_partitions:
             self._add_partitions(table, {tuple(p.spec.items()): p.location for p in table.storage.partitions})
+
+    def follow(self, table: MaterializedTable) -> None:
+        """Make this session's Spark catalog agree with the record: register a table another process
+        created, move to the version another process published (old versions outlive the switch)."""
+        if not self.exists(table):
+            self.register(table)
+            return
+        storage = table.storage
+        if table.partition_keys and storage.catalog_partitions:
+            registered = {k: _same_path(v) for k, v in
+                          partition_locations(self.spark, table.quoted, table.partition_keys).items()}
+            wanted = {tuple(p.spec.items()): p.location for p in storage.partitions}
+            self._add_partitions(table, {k: v for k, v in wanted.items() if k not in registered})
+            switch_partition_locations(self.spark, table.quoted, {
+                k: v for k, v in wanted.items() if k in registered and registered[k] != _same_path(v)})
+            self._drop_partitions(table, [k for k in registered if k not in wanted])
+        elif _same_path(table_facts(self.spark, table.quoted).location or "") != _same_path(storage.location):
+            spark_call(lambda: self.spark.sql(f"ALTER TABLE {table.quoted} SET LOCATION "
+                                              f"{sql_string(storage.location)}"),
+                       f"Following the published version of {table.identifier}")
+
+    def forget(self, quoted: str) -> None:
+        """The Spark table of a materialized table another process dropped (its data is gone)."""
+        spark_call(lambda: self.spark.sql(f"DROP TABLE IF EXISTS {quoted}"), f"Dropping {quoted}")
 
     def _create_table(self, table: MaterializedTable, storage: Storage) -> None:
         columns = ", ".join(
@@ -204,9 +228,16 @@ class TableStorage:
             path = entry.path.rstrip("/")
             if any(ref == path or ref.startswith(path + "/") for ref in referenced):
                 continue
+            if self.files.exists(f"{entry.path}/_temporary"):
+                continue      # a write still in flight (Spark commits through _temporary)
             marker = f"{entry.path}/{SUPERSEDED_MARKER}"
             age = self.files.age(marker)
             if age is None:
                 self.files.touch(marker)
             elif age >= retention_s:
                 self.files.delete(entry.path)
+
+
+def _same_path(location: str) -> str:
+    """A location as Spark and Hadoop spell it alike (file:/x, file:///x/ → file:/x)."""
+    return location.replace("file:///", "file:/").rstrip("/")

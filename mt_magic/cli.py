@@ -1,0 +1,144 @@
+"""`mt-magic serve` keeps a catalog store's tables fresh with no notebook open; `mt-magic status`
+shows who owns a store and how fresh each table is (it reads files only, no Spark)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+from mt_magic import config as cfg
+from mt_magic.catalog.handlers import ScheduleHandler
+from mt_magic.catalog.history import RefreshHistory
+from mt_magic.catalog.lease import Lease, OwnerKind
+from mt_magic.catalog.model import ACTIVATED, MaterializedTable
+from mt_magic.catalog.store import CatalogStore
+from mt_magic.errors import MaterializedTableError
+from mt_magic.gateway import Gateway
+from mt_magic.refresh.scheduler import next_fire, zone_named
+from mt_magic.spark.session import quiet_library_logs, service_session, session_info
+from mt_magic.sql.freshness import IntervalFreshness
+
+log = logging.getLogger("mt_magic.service")
+
+# --conf keys that are gateway options; every other key is a Spark conf.
+_OPTION_PREFIXES = ("materialized-table.", "execution.")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mt-magic", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="own a catalog store and keep every ACTIVATED table fresh")
+    serve.add_argument("--store", help=f"the catalog store file (default: ${cfg.CATALOG_STORE_ENV} or "
+                                       f"{cfg.DEFAULT_CATALOG_STORE})")
+    where = serve.add_mutually_exclusive_group()
+    where.add_argument("--master", help="Spark master of the service's own application (default local[*]): "
+                                        "local[N], spark://host:port, yarn, k8s://...")
+    where.add_argument("--remote", help="run as a Spark Connect client of sc://host:port instead")
+    serve.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                       help="a Spark conf, or a materialized-table.* / execution.* option (repeatable)")
+    serve.add_argument("--connect-port", type=int, metavar="N",
+                       help="the service's application also serves Spark Connect on localhost:N")
+    status = commands.add_parser("status", help="the owner of a catalog store and every table's freshness")
+    status.add_argument("--store", help="the catalog store file")
+    args = parser.parse_args(argv)
+    try:
+        return _serve(args) if args.command == "serve" else _status(args)
+    except MaterializedTableError as error:
+        print(f"mt-magic {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+# ----------------------------------------------------------------- serve
+def _serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    quiet_library_logs()
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    settings = dict(_key_value(item) for item in args.conf)
+    options = {k: v for k, v in settings.items() if k.startswith(_OPTION_PREFIXES)}
+    spark_conf = {k: v for k, v in settings.items() if k not in options}
+    if args.remote and args.connect_port:
+        raise MaterializedTableError("--connect-port serves the service's own application; with --remote "
+                                     "the notebooks connect to that server instead.")
+    stop = threading.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: stop.set())
+    spark = service_session(args.master, args.remote, spark_conf, args.connect_port)
+    try:
+        gateway = Gateway(spark, catalog_store=cfg.catalog_store_path(args.store), config=options,
+                          kind=OwnerKind.SERVICE)
+        info = session_info(spark)
+        served = f"; Spark Connect on sc://localhost:{args.connect_port}" if args.connect_port else ""
+        log.info("Serving %s as its owner (%s)%s", gateway.store.path, info.text, served)
+        for warning in gateway.restore_warnings:
+            log.warning("%s", warning)
+        stop.wait()
+        log.info("Stopping: streaming jobs stop at a checkpoint")
+        gateway.close()
+        log.info("Stopped")
+    finally:
+        spark.stop()
+    return 0
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise MaterializedTableError(f"--conf {item!r}: write KEY=VALUE.")
+    return key.strip(), value
+
+
+# ---------------------------------------------------------------- status
+def _status(args: argparse.Namespace) -> int:
+    path = cfg.catalog_store_path(args.store)
+    if not os.path.isfile(path):
+        raise MaterializedTableError(f"There is no catalog store at {path}.")
+    store, lease, history = CatalogStore(path), Lease(path), RefreshHistory(path)
+    holder = lease.holder()
+    if holder is None:
+        print("Owner: none (the next Gateway or `mt-magic serve` on this store takes it)")
+    else:
+        state = "handed over" if holder.released_at else "alive" if holder.alive() else "dead"
+        print(f"Owner: {holder.text}, {state}, heartbeat {time.time() - holder.heartbeat:.1f} s ago")
+    rows = [("table", "mode", "status", "last refresh", "next refresh", "data age / freshness")]
+    now = datetime.now(timezone.utc)
+    for table in store.list():
+        entries = history.entries(table.identifier, limit=50)
+        last = entries[0] if entries else None
+        done = next((e for e in entries if e["outcome"] == "SUCCEEDED"), None)
+        rows.append((table.identifier, str(table.refresh_mode), str(table.refresh_status),
+                     _last_text(last), _next_text(table, now), _age_text(table, done, now)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
+
+
+def _last_text(entry: dict | None) -> str:
+    if entry is None:
+        return "-"
+    started, finished = datetime.fromisoformat(entry["started"]), datetime.fromisoformat(entry["finished"])
+    return (f"{started.strftime('%Y-%m-%d %H:%M:%S')} {entry['outcome']} "
+            f"{(finished - started).total_seconds():.1f} s ({entry['trigger']})")
+
+
+def _next_text(table: MaterializedTable, now: datetime) -> str:
+    handler = table.refresh_handler
+    if table.refresh_status != ACTIVATED or not isinstance(handler, ScheduleHandler):
+        return "continuous" if table.refresh_status == ACTIVATED else "-"
+    moment = next_fire(IntervalFreshness.parse(table.freshness), zone_named(handler.time_zone), now)
+    return moment.strftime("%Y-%m-%d %H:%M:%S %Z") if moment else "-"
+
+
+def _age_text(table: MaterializedTable, done: dict | None, now: datetime) -> str:
+    if done is None:
+        return f"- / {table.freshness}"
+    age = now - datetime.fromisoformat(done["finished"])
+    stale = " STALE" if age > IntervalFreshness.parse(table.freshness).duration else ""
+    return f"{age.total_seconds():.0f} s / {table.freshness}{stale}"

@@ -1,0 +1,312 @@
+"""The refresh service and its clients as real processes: `mt-magic serve`, notebook-like clients over
+Spark Connect or with their own session, SIGTERM and SIGKILL.
+
+Tests marked `processes` start every process they use, whatever kind of session the suite runs on:
+`make test` runs them once, in the classic pass."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from helpers import wait_for
+from mt_magic import Gateway
+from mt_magic.catalog.history import RefreshHistory
+from mt_magic.catalog.lease import Lease
+from mt_magic.catalog.store import CatalogStore
+
+TESTS = Path(__file__).parent
+# A source, a FULL table refreshed every 5 s and a CONTINUOUS table every 2 s, created by a client.
+CREATE_TABLES = """\
+spark.sql("CREATE TABLE events (id INT) USING parquet")
+spark.sql("INSERT INTO events VALUES (1), (2)")
+gw.execute("CREATE MATERIALIZED TABLE counts FRESHNESS = INTERVAL '5' SECOND REFRESH_MODE = FULL "
+           "AS SELECT COUNT(*) AS n FROM events")
+gw.execute("CREATE MATERIALIZED TABLE copy FRESHNESS = INTERVAL '2' SECOND REFRESH_MODE = CONTINUOUS "
+           "AS SELECT id FROM events")
+"""
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("MT_MAGIC_SPARK_REMOTE", None)
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Service:
+    """`mt-magic serve` on a store, with a Hive catalog that outlives it (as a cluster's metastore)."""
+
+    def __init__(self, work: Path, name: str, master: str = "local[2]", store: Path | None = None) -> None:
+        self.work, self.port, self.log = work, _free_port(), work / f"{name}.log"
+        self.store = store or work / "store" / "catalog.json"
+        metastore = f"jdbc:derby:;databaseName={work / 'metastore'};create=true"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mt_magic", "serve", "--store", str(self.store), "--master", master,
+             "--connect-port", str(self.port), "--conf", f"spark.sql.warehouse.dir={work / 'warehouse'}",
+             "--conf", "spark.sql.catalogImplementation=hive",
+             "--conf", f"spark.hadoop.javax.jdo.option.ConnectionURL={metastore}",
+             "--conf", "spark.sql.shuffle.partitions=2"],
+            stdout=open(self.log, "w"), stderr=subprocess.STDOUT, env=_env(), cwd=work, start_new_session=True)
+        wait_for(lambda: "Serving" in self.log.read_text() or self.process.poll() is not None, timeout=180)
+        assert self.process.poll() is None, self.log.read_text()
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    def stop(self) -> int:
+        """SIGTERM to the service alone (its JVM ignores it, as PySpark starts it): a clean stop."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(120)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL to the service and its JVM: a crash."""
+        if self.process.poll() is None or _group_alive(self.process.pid):
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(60)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def client(work: Path, remote: str, script: str, name: str, wait: bool = True) -> subprocess.Popen:
+    path = work / f"{name}.py"
+    path.write_text(textwrap.dedent(script))
+    process = subprocess.Popen([sys.executable, str(TESTS / "service_client.py"), str(work / "store" / "catalog.json"),
+                                remote, str(path), str(work / f"{name}-warehouse")],
+                               stdout=subprocess.PIPE, stderr=open(work / f"{name}.log", "w"), text=True,
+                               env=_env(), cwd=work, start_new_session=True)
+    if wait:
+        assert process.wait(300) == 0, (work / f"{name}.log").read_text()
+    return process
+
+
+def scheduled(store: Path, table: str, pid: int | None = None) -> list[dict]:
+    return [e for e in RefreshHistory(str(store)).entries(f"spark_catalog.default.{table}")
+            if e["trigger"] == "scheduled" and (pid is None or e["runner"]["pid"] == pid)]
+
+
+@pytest.mark.processes
+def test_the_service_keeps_tables_fresh_for_its_clients(tmp_path):
+    service = Service(tmp_path, "service")
+    try:
+        client(tmp_path, service.url, CREATE_TABLES + textwrap.dedent("""
+            assert gw.owner()["kind"] == "service" and not gw.owner()["this_gateway"], gw.owner()
+        """), "creator")
+        # the creator has exited: the service refreshes on its schedule
+        wait_for(lambda: len(scheduled(service.store, "counts", service.process.pid)) >= 2, timeout=60)
+
+        idle = client(tmp_path, service.url, "time.sleep(20)", "idle", wait=False)
+        busy = client(tmp_path, service.url, """
+            start = time.monotonic()
+            spark.sql("INSERT INTO events VALUES (3)")
+            deadline = time.monotonic() + 60
+            while spark.table("copy").count() != 3 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert sorted(r.id for r in spark.table("copy").collect()) == [1, 2, 3]
+            gw.execute("ALTER MATERIALIZED TABLE copy SUSPEND")
+            record = gw.store.get("spark_catalog.default.copy")
+            assert record.refresh_status == "SUSPENDED" and record.job.restore_path, record
+            spark.sql("INSERT INTO events VALUES (4)")
+            gw.execute("ALTER MATERIALIZED TABLE copy RESUME")
+            while spark.table("copy").count() != 4 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert sorted(r.id for r in spark.table("copy").collect()) == [1, 2, 3, 4]
+            gw.execute("ALTER MATERIALIZED TABLE counts AS SELECT COUNT(*) AS n, MAX(id) AS top FROM events")
+            time.sleep(max(0.0, 20 - (time.monotonic() - start)))      # two clients for 20 s
+        """, "busy", wait=False)
+        for process in (idle, busy):
+            assert process.wait(300) == 0, (tmp_path / "busy.log").read_text()
+        fires = [e["schedule_time"] for e in scheduled(service.store, "counts")]
+        assert len(fires) >= 5 and len(fires) == len(set(fires))          # every fire once, in the service
+        assert {e["runner"]["pid"] for e in scheduled(service.store, "counts")} == {service.process.pid}
+
+        client(tmp_path, service.url, """
+            gw.execute("DROP MATERIALIZED TABLE copy")
+            say(gw.store.get("spark_catalog.default.copy"))
+        """, "dropper")
+        status = subprocess.run([sys.executable, "-m", "mt_magic", "status", "--store", str(service.store)],
+                                capture_output=True, text=True, env=_env(), check=True).stdout
+        assert f"service pid {service.process.pid}" in status and "alive" in status
+        assert "spark_catalog.default.counts  FULL  ACTIVATED" in status and "copy" not in status
+    finally:
+        assert service.stop() == 0, service.log.read_text()
+    assert "Stopped" in service.log.read_text()
+    assert Lease(str(service.store)).holder() is None                 # released on the way out
+
+
+@pytest.mark.processes
+def test_a_second_service_on_a_served_store_is_refused(tmp_path):
+    service = Service(tmp_path, "service")
+    try:
+        second = subprocess.run([sys.executable, "-m", "mt_magic", "serve", "--store", str(service.store)],
+                                capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
+        assert second.returncode == 2
+        assert f"owned by a running service pid {service.process.pid}" in second.stderr
+        assert "Traceback" not in second.stderr
+    finally:
+        service.stop()
+
+
+@pytest.mark.processes
+def test_a_new_service_after_a_sigkill_goes_on(tmp_path):
+    first = Service(tmp_path, "first")
+    try:
+        client(tmp_path, first.url, CREATE_TABLES + textwrap.dedent("""
+            spark.sql("INSERT INTO events VALUES (3)")
+            while spark.table("copy").count() != 3:
+                time.sleep(0.2)
+        """), "before")
+    finally:
+        first.kill()
+    second = Service(tmp_path, "second")
+    try:
+        assert Lease(str(second.store)).owner().pid == second.process.pid
+        client(tmp_path, second.url, """
+            spark.sql("INSERT INTO events VALUES (4), (5)")
+            deadline = time.monotonic() + 90
+            while spark.table("copy").count() < 5 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(3)     # a duplicate would show up by now
+            assert sorted(r.id for r in spark.table("copy").collect()) == [1, 2, 3, 4, 5]
+        """, "after")
+        wait_for(lambda: scheduled(second.store, "counts", second.process.pid), timeout=60)
+        assert CatalogStore(str(second.store)).get("spark_catalog.default.copy").refresh_status == "ACTIVATED"
+    finally:
+        second.stop()
+
+
+class Lines:
+    """A process's printed lines, each awaited with a timeout."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self._lines.put(line) for line in process.stdout], daemon=True).start()
+
+    def next(self, timeout: float) -> list[str]:
+        return self._lines.get(timeout=timeout).split()
+
+
+@pytest.mark.processes
+def test_a_kernel_takes_over_from_a_killed_kernel_and_follows_publishes(tmp_path):
+    """Two kernels with their own sessions (two Spark applications) on one store and one folder of data."""
+    source = tmp_path / "src"
+    register = f"spark.sql(\"CREATE TABLE IF NOT EXISTS src (id INT) USING parquet LOCATION '{source}'\")\n"
+    spark_write = f"spark.range({{n}}).selectExpr('CAST(id AS INT) AS id').write.mode('append').parquet('{source}')\n"
+    owner = client(tmp_path, "local", register + spark_write.format(n=2) + """
+gw.execute("CREATE MATERIALIZED TABLE counts FRESHNESS = INTERVAL '2' SECOND REFRESH_MODE = FULL "
+           "AS SELECT COUNT(*) AS n FROM src")
+say("owner", gw.owner()["this_gateway"])
+time.sleep(4)
+spark.sql("INSERT INTO src VALUES (7), (8), (9)")
+time.sleep(600)
+""", "kernel1", wait=False)
+    assert Lines(owner).next(180) == ["owner", "True"]
+    follower = client(tmp_path, "local", register + """
+say("client", gw.owner()["this_gateway"])
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and spark.table("counts").first().n != 5:
+    time.sleep(0.2)
+say("followed", spark.table("counts").first().n)
+while not (gw.owner() or {}).get("this_gateway"):
+    time.sleep(0.2)
+say("owner")
+while not [e for e in gw.history("counts") if e["trigger"] == "scheduled" and e["runner"]["pid"] == __import__("os").getpid()]:
+    time.sleep(0.2)
+say("refreshed")
+""", "kernel2", wait=False)
+    lines = Lines(follower)
+    try:
+        assert lines.next(180) == ["client", "False"]
+        assert lines.next(90) == ["followed", "5"]         # the owner's publish, seen in this application
+        os.killpg(owner.pid, signal.SIGKILL)
+        owner.wait(60)
+        assert lines.next(30) == ["owner"]                 # taken over within 30 s
+        assert lines.next(60) == ["refreshed"]
+    finally:
+        for process in (owner, follower):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(60)
+
+
+@pytest.mark.processes
+def test_on_a_standalone_cluster(tmp_path):
+    """A Spark standalone master and worker from the pyspark wheel; the service drives the cluster."""
+    spark_class = Path(__import__("pyspark").__file__).parent / "bin" / "spark-class"
+    port = _free_port()
+    daemons = [subprocess.Popen([str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                 "--port", str(port), "--webui-port", str(_free_port())],
+                                stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT, env=_env(),
+                                start_new_session=True)]
+    try:
+        wait_for(lambda: "I have been elected leader" in (tmp_path / "master.log").read_text(), timeout=120)
+        daemons.append(subprocess.Popen(
+            [str(spark_class), "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
+             "127.0.0.1", "--cores", "2", "--memory", "1g", "--webui-port", str(_free_port()),
+             "--work-dir", str(tmp_path / "worker")],
+            stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT, env=_env(), start_new_session=True))
+        wait_for(lambda: "Successfully registered with master" in (tmp_path / "worker.log").read_text(), timeout=120)
+        service = Service(tmp_path, "service", master=f"spark://127.0.0.1:{port}")
+        try:
+            client(tmp_path, service.url, CREATE_TABLES + textwrap.dedent("""
+                assert spark.conf.get("spark.master").startswith("spark://")
+                spark.sql("INSERT INTO events VALUES (3)")
+                deadline = time.monotonic() + 90
+                while time.monotonic() < deadline and (spark.table("counts").first().n, spark.table("copy").count()) != (3, 3):
+                    time.sleep(0.2)
+                assert spark.table("counts").first().n == 3
+                assert sorted(r.id for r in spark.table("copy").collect()) == [1, 2, 3]
+            """), "cluster-client")
+            assert scheduled(service.store, "counts", service.process.pid)
+            assert "app-" in Lease(str(service.store)).owner().application_id       # a cluster application
+        finally:
+            assert service.stop() == 0, service.log.read_text()
+    finally:
+        for daemon in reversed(daemons):
+            os.killpg(daemon.pid, signal.SIGTERM)
+            daemon.wait(60)
+
+
+def test_a_kernel_that_owns_the_store_hands_it_to_a_service(spark, store_path, tmp_path):
+    kernel = Gateway(spark, catalog_store=store_path)
+    try:
+        kernel.execute("CREATE MATERIALIZED TABLE ticks FRESHNESS = INTERVAL '2' SECOND REFRESH_MODE = FULL "
+                       "AS SELECT 1 AS one")
+        identifier = kernel.describe("ticks")["identifier"]
+        service = Service(tmp_path, "service", store=Path(store_path))
+        try:
+            assert kernel.owner()["kind"] == "service" and not kernel.owner()["this_gateway"]
+            assert not kernel.pipelines.scheduler.has(identifier)                 # stopped here ...
+            wait_for(lambda: [e for e in kernel.history("ticks") if e["trigger"] == "scheduled"
+                              and e["runner"]["pid"] == service.process.pid], timeout=60)   # ... runs there
+            kernel.execute("ALTER MATERIALIZED TABLE ticks SUSPEND")              # sent to the service
+            assert kernel.describe("ticks")["refresh_status"] == "SUSPENDED"
+        finally:
+            assert service.stop() == 0, service.log.read_text()
+    finally:
+        kernel.close()
