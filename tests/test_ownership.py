@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -129,3 +130,21 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_alone(spark, tmp_path):
         with pytest.raises(MaterializedTableError, match="left as it is"):
             Gateway(spark, catalog_store=str(path))
         assert path.read_text() == text
+
+
+def test_two_gateways_refreshing_different_partitions_keep_both(spark, pair, db):
+    owner, client = pair
+    owner.execute("CREATE MATERIALIZED TABLE daily PARTITIONED BY (ds) FRESHNESS = INTERVAL '1' DAY "
+                  "REFRESH_MODE = FULL AS SELECT ds, SUM(amount) AS total FROM sales GROUP BY ds")
+    for round_ in range(1, 4):
+        spark.sql(f"INSERT INTO sales VALUES ('2024-01-01', 9, {round_}.0), ('2024-01-02', 9, {round_}.0)")
+        threads = [threading.Thread(target=gateway.execute, args=(
+            f"ALTER MATERIALIZED TABLE daily REFRESH PARTITION (ds = '{day}')",))
+            for gateway, day in ((owner, "2024-01-01"), (client, "2024-01-02"))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        expected = {r["ds"]: r["total"] for r in spark.sql("SELECT ds, SUM(amount) AS total FROM sales "
+                                                          "GROUP BY ds").collect()}
+        assert {r["ds"]: r["total"] for r in spark.table("daily").collect()} == expected, round_
