@@ -383,12 +383,19 @@ class Pipelines:
             for table in self.ws.store.list():
                 if table.refresh_status == INITIALIZING:
                     continue
-                storage = table.storage
-                seen[table.identifier] = (storage.location, tuple((tuple(p.spec.items()), p.location)
-                                                                  for p in storage.partitions))
-                if self._followed.get(table.identifier) != seen[table.identifier]:
+                seen[table.identifier] = _published(table)
+                if self._followed.get(table.identifier) == seen[table.identifier]:
+                    continue
+                # Under the table's lock, from the record as it is then: a publish between our
+                # listing and our switch would otherwise be switched back.
+                with self.ws.lock(table.identifier):
+                    current = self.ws.store.get(table.identifier)
+                    if current is None:
+                        del seen[table.identifier]
+                        continue
+                    seen[table.identifier] = _published(current)
                     try:
-                        self.ws.storage.follow(table)
+                        self.ws.storage.follow(current)
                     except (MaterializedTableError, *SPARK_ERRORS) as error:
                         log.warning("Following %s: %s", table.identifier, spark_message(error))
                         seen[table.identifier] = None        # tried again at the next change
@@ -402,6 +409,12 @@ class Pipelines:
         for identifier in list(self._running):
             cancel_jobs(self.ws.spark, f"mt_magic:{identifier}")
         self.scheduler.shutdown()
+
+
+def _published(table: MaterializedTable) -> tuple:
+    """What readers of the table see: its location and its partitions' locations."""
+    storage = table.storage
+    return storage.location, tuple((tuple(p.spec.items()), p.location) for p in storage.partitions)
 
 
 def _checkpoint(table: MaterializedTable) -> str | None:
