@@ -22,6 +22,7 @@ CHECKPOINT_INTERVAL = "execution.checkpointing.interval"
 CHECKPOINT_DIR = "execution.checkpointing.dir"
 MAX_RESTARTS = "materialized-table.continuous.max-restarts"
 STATIC_SOURCES = "materialized-table.continuous.static-sources"
+CONTINUOUS_SHUFFLE_PARTITIONS = "materialized-table.continuous.shuffle-partitions"
 CLIENT_TIMEOUT = "materialized-table.client.timeout"
 
 DEFAULTS: dict[str, str] = {

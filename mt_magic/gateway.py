@@ -25,7 +25,7 @@ from mt_magic.manager.plans import Planner
 from mt_magic.manager.workspace import Workspace
 from mt_magic.results import Result
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
-from mt_magic.spark.session import active_session, session_info
+from mt_magic.spark.session import active_session, quiet_background_output, session_info
 from mt_magic.sql import statements as st
 from mt_magic.sql.parser import parse
 
@@ -101,6 +101,7 @@ class Gateway:
     def _own(self, takeover: bool) -> None:
         with self._owning:
             self.pipelines.owner = True
+            quiet_background_output(self.spark)     # background jobs never print into cells
             self.restore_warnings = self.pipelines.restore()
             if takeover:
                 self.pipelines.catch_up()

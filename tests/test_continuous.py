@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers import wait_for
 
-from mt_magic import Gateway, MaterializedTableError, StateError
+from mt_magic import Gateway, StateError
 
 AGGREGATE = "SELECT user_id, COUNT(*) AS n, SUM(amount) AS total FROM orders GROUP BY user_id"
 FILTERED = "SELECT user_id, amount FROM orders WHERE amount > 2"
@@ -98,14 +98,6 @@ def test_alter_as_appends_a_column_and_starts_fresh(spark, streaming):
     assert new["checkpoint_location"] != old["checkpoint_location"]
     spark.sql("INSERT INTO orders VALUES (4, 8.0)")
     follows(spark, "big", "SELECT user_id, amount, amount * 2 FROM orders WHERE amount > 2")
-
-
-def test_unstreamable_query_is_rejected_with_nothing_left(spark, gw, orders, store_path):
-    with pytest.raises(MaterializedTableError, match="cannot be refreshed in CONTINUOUS mode.*FULL"):
-        gw.execute("CREATE MATERIALIZED TABLE ranked FRESHNESS = INTERVAL '5' SECOND AS SELECT user_id, "
-                   "ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY amount) AS r FROM orders")
-    assert gw.store.list() == [] and not spark.catalog.tableExists("ranked")
-    assert not spark.streams.active
 
 
 def test_failing_job_is_recorded_and_restarted_up_to_the_limit(spark, gw, orders):

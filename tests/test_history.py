@@ -14,6 +14,7 @@ def test_refreshes_are_recorded_newest_first_and_survive_a_new_gateway(spark, gw
                "WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd') FRESHNESS = INTERVAL '1' DAY "
                "AS SELECT ds, SUM(amount) AS total FROM sales GROUP BY ds")
     gw.execute("ALTER MATERIALIZED TABLE daily REFRESH PARTITION (ds = '2024-01-02')")
+    spark.sql("INSERT INTO sales VALUES ('2024-01-02', 3, 1.0)")     # else the fire finds nothing new
     gw.refresh("daily", schedule_time="2024-01-03 00:00:00")
     spark.sql("DROP TABLE sales")
     with pytest.raises(MaterializedTableError, match="TABLE_OR_VIEW_NOT_FOUND"):

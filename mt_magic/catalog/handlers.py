@@ -1,6 +1,7 @@
 """Refresh handlers: what runs a table's pipeline, as Flink's RefreshHandler of each mode.
 
-A FULL table has a workflow in the embedded scheduler; a CONTINUOUS table has a streaming job. The
+A FULL table has a workflow in the embedded scheduler; a CONTINUOUS table has a streaming job, or a
+change detector in the scheduler where Spark cannot stream its query. The
 store keeps either as a document with its `kind`; a table with no pipeline (INITIALIZING, or a
 SUSPENDED table that became CONTINUOUS) has none.
 """
@@ -48,7 +49,20 @@ class JobHandler:
     restore_path: str | None = None
 
 
-RefreshHandler = ScheduleHandler | JobHandler
+@dataclass(frozen=True)
+class RecomputeHandler:
+    """CONTINUOUS mode, recompute on change: the scheduler job that compares the sources' snapshots
+    at every trigger and recomputes when one changed."""
+
+    KIND: ClassVar[str] = "change-detector"
+    scheduler_job_id: str
+    trigger_s: float
+    spark_master: str = ""
+    application_id: str = ""
+    dynamic_options: dict[str, str] = field(default_factory=dict)
+
+
+RefreshHandler = ScheduleHandler | JobHandler | RecomputeHandler
 
 
 def handler_document(handler: RefreshHandler | None) -> dict:
@@ -62,7 +76,7 @@ def handler_from_document(doc: dict | None) -> RefreshHandler | None:
     """The stored form back; fields a later version dropped are ignored."""
     if not doc:
         return None
-    kind = next((k for k in (ScheduleHandler, JobHandler) if k.KIND == doc.get("kind")), None)
+    kind = next((k for k in (ScheduleHandler, JobHandler, RecomputeHandler) if k.KIND == doc.get("kind")), None)
     if kind is None:
         raise ValueError(f"Unknown refresh handler kind {doc.get('kind')!r} in the catalog store.")
     known = {f.name for f in fields(kind)}

@@ -20,6 +20,7 @@ class Trigger(StrEnum):
     MANUAL = "manual"
     INITIAL = "initial"
     CATCH_UP = "catch-up"
+    CHANGE = "change"               # a CONTINUOUS table's sources changed: recomputed
 
 
 @dataclass(frozen=True)

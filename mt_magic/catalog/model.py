@@ -24,6 +24,15 @@ class RefreshStatus(StrEnum):
 class Outcome(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    SKIPPED = "SKIPPED"             # no source changed since the table last matched them
+
+
+class RefreshStrategy(StrEnum):
+    """How a CONTINUOUS table keeps up: Spark's streaming where it maintains the query correctly,
+    else a batch recompute whenever a source's snapshot changed."""
+
+    STREAMING = "incremental streaming"
+    RECOMPUTE = "recompute on change"
 
 
 INITIALIZING, ACTIVATED, SUSPENDED = RefreshStatus.INITIALIZING, RefreshStatus.ACTIVATED, RefreshStatus.SUSPENDED
@@ -101,6 +110,11 @@ class MaterializedTable:
     comment: str | None = None
     refresh_handler: RefreshHandler | None = None
     source_tables: tuple[str, ...] = ()
+    refresh_strategy: RefreshStrategy | None = None      # CONTINUOUS tables only
+    strategy_reason: str | None = None                   # why not streaming
+    # The sources' snapshots when the whole table last matched them: source → {"digest": str | None,
+    # "partitions": {value: digest}} (a None digest: the source's state cannot be determined).
+    source_snapshot: dict[str, Any] = field(default_factory=dict)
     last_refresh: RefreshOutcome | None = None
     refresh_history: tuple[RefreshOutcome, ...] = ()
     created_at: str = field(default_factory=now_iso)
@@ -119,6 +133,12 @@ class MaterializedTable:
     def dynamic_options(self) -> dict[str, str]:
         """Options of RESUME WITH (...), kept for the pipeline's refreshes."""
         return dict(self.refresh_handler.dynamic_options) if self.refresh_handler else {}
+
+    @property
+    def streams(self) -> bool:
+        """A CONTINUOUS table kept by a streaming job (tables stored before strategies existed did)."""
+        return self.refresh_mode == RefreshMode.CONTINUOUS and \
+            self.refresh_strategy in (None, RefreshStrategy.STREAMING)
 
     @property
     def job(self) -> JobHandler | None:
@@ -156,6 +176,8 @@ class MaterializedTable:
         doc["refresh_history"] = tuple(RefreshOutcome.from_document(r) for r in doc.get("refresh_history", ()))
         doc["refresh_status"] = RefreshStatus(doc["refresh_status"])
         doc["refresh_handler"] = handler_from_document(doc.get("refresh_handler"))
+        if doc.get("refresh_strategy"):
+            doc["refresh_strategy"] = RefreshStrategy(doc["refresh_strategy"])
         for key in ("refresh_mode", "logical_refresh_mode"):
             doc[key] = RefreshMode(doc[key])
         for key in ("query_columns", "partition_keys", "source_tables"):

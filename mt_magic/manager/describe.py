@@ -7,6 +7,7 @@ from datetime import datetime
 
 from mt_magic.catalog.handlers import handler_document
 from mt_magic.catalog.model import MaterializedTable
+from mt_magic.refresh.changes import undeterminable, volatile
 from mt_magic.sql.statements import quote_identifier, sql_string
 
 
@@ -48,7 +49,31 @@ def show_create(table: MaterializedTable) -> str:
                if key not in ("dynamic_options", "kind") and value not in (None, "", {})]
     if handler:
         lines += ["-- Refresh handler:", *handler]
+    strategy = strategy_text(table)
+    if strategy:
+        lines.append("-- Refresh strategy: " + " ".join(strategy.split()))
     return "\n".join(lines)
+
+
+def strategy_text(table: MaterializedTable) -> str | None:
+    """How a CONTINUOUS table keeps up, and why it does not stream where it does not."""
+    if table.refresh_strategy is None:
+        return None
+    return table.refresh_strategy + (f": {table.strategy_reason}" if table.strategy_reason else "")
+
+
+def change_detection(table: MaterializedTable) -> str:
+    """What tells the pipeline that the sources changed (a skip or a partial refresh rests on it)."""
+    calls = volatile(table)
+    if calls:
+        return f"none: the query calls {', '.join(calls)}, so every trigger recomputes it"
+    unknown = undeterminable(table)
+    if unknown:
+        return (f"none for {', '.join(unknown)} (its state cannot be told from files), so every trigger "
+                "recomputes it")
+    keys = {s.get("key") for s in table.source_snapshot.values()} - {None}
+    by = f", by partition {', '.join(sorted(keys))}" if keys else ""
+    return f"snapshots of the sources' files{by}"
 
 
 def describe_dict(table: MaterializedTable, next_refresh: datetime | None) -> dict:
@@ -68,6 +93,9 @@ def describe_dict(table: MaterializedTable, next_refresh: datetime | None) -> di
         "refresh_handler": handler_document(table.refresh_handler),
         "watermark": dict(table.watermark) if table.watermark else None,
         "source_tables": list(table.source_tables),
+        "refresh_strategy": table.refresh_strategy,
+        "strategy_reason": table.strategy_reason,
+        "change_detection": change_detection(table),
         "location": table.storage.location,
         "partitions": [dict(p.spec) for p in table.storage.partitions],
         "last_refresh": dict(vars(table.last_refresh)) if table.last_refresh else None,
@@ -100,7 +128,11 @@ def describe_rows(table: MaterializedTable, extended: bool,
             ("Refresh Mode", table.refresh_mode),
             ("Refresh Status", table.refresh_status),
             ("Refresh Handler", json.dumps(handler_document(table.refresh_handler), sort_keys=True)),
-            ("Next Refresh", next_refresh.isoformat() if next_refresh else "")]
+            ("Next Refresh", next_refresh.isoformat() if next_refresh else ""),
+            ("Change Detection", change_detection(table))]
+    strategy = strategy_text(table)
+    if strategy:
+        info.append(("Refresh Strategy", strategy))
     if table.primary_key:
         info.append(("Primary Key", f"{table.primary_key['name']} ({', '.join(table.primary_key['columns'])}) "
                                     "NOT ENFORCED"))

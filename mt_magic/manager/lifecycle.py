@@ -32,14 +32,12 @@ class Lifecycle:
         step = "creating the Spark table"
         try:
             self.ws.storage.create(table)
-            if table.refresh_mode == CONTINUOUS:
-                step = "starting the continuous refresh job"
-            elif self.ws.options.get(cfg.FULL_INITIALIZE) != "on-schedule":
+            continuous = table.refresh_mode == CONTINUOUS
+            # A CONTINUOUS table is filled before CREATE returns, so a SELECT right after sees data.
+            if continuous or self.ws.options.get(cfg.FULL_INITIALIZE) != "on-schedule":
                 step = "running the initial refresh"
-                table = self.pipelines.run(table, {}, Trigger.INITIAL)
-                step = "creating the refresh workflow"
-            else:
-                step = "creating the refresh workflow"
+                table, _ = self.pipelines.run(table, {}, Trigger.INITIAL)
+            step = "starting the continuous refresh job" if continuous else "creating the refresh workflow"
             handler = self.pipelines.start(table, fresh=True)
             table = self.ws.store.update(identifier, lambda t: t.evolve(
                 refresh_status=ACTIVATED, refresh_handler=handler))
@@ -60,19 +58,22 @@ class Lifecycle:
                                source_tables=analyzed.sources, **changes)
         continuous = table.refresh_mode == CONTINUOUS
         if continuous:
-            self.pipelines.jobs.stop(table.identifier)
+            self.pipelines.stop(table)
         if appended:
             self.ws.storage.add_columns(updated, len(appended))
         handler = table.refresh_handler
         if continuous:   # §4.5: the new job starts from scratch; a SUSPENDED one will on RESUME
             self.pipelines.delete_checkpoints(table)
-            handler = replace(table.job, restore_path=None, checkpoint_location=None) if table.job else None
+            handler = replace(table.job, restore_path=None, checkpoint_location=None) \
+                if table.job and updated.streams else None
             if table.refresh_status == ACTIVATED:
-                handler = self.pipelines.start_job(updated, fresh=True, dynamic_options={})
+                handler = (self.pipelines.start_job(updated, fresh=True, dynamic_options={}) if updated.streams
+                           else self.pipelines.detect_changes(updated, paused=False, dynamic_options={}))
+        # A new definition matches no snapshot: the next trigger recomputes all of it.
         self.ws.store.update(table.identifier, lambda t: t.evolve(
             columns=updated.columns, original_query=updated.original_query,
             definition_query=updated.definition_query, query_columns=updated.query_columns,
-            source_tables=updated.source_tables, refresh_handler=handler, **changes))
+            source_tables=updated.source_tables, refresh_handler=handler, source_snapshot={}, **changes))
         added = f", added {', '.join(c.name for c in appended)}" if appended else ""
         after = ("; a new continuous refresh job started from scratch" if continuous
                  and table.refresh_status == ACTIVATED else "; the next refresh uses it")
@@ -86,12 +87,14 @@ class Lifecycle:
         return result
 
     def set_options(self, table: MaterializedTable, options: dict[str, str]) -> Result:
-        self.ws.store.update(table.identifier, lambda t: t.evolve(options={**t.options, **options}))
+        # New options may write the data differently: the next refresh runs whatever the sources did.
+        self.ws.store.update(table.identifier, lambda t: t.evolve(options={**t.options, **options},
+                                                                  source_snapshot={}))
         return Result.ok(f"Set {len(options)} option(s) of {table.identifier}.")
 
     def reset_options(self, table: MaterializedTable, keys: tuple[str, ...]) -> Result:
         self.ws.store.update(table.identifier, lambda t: t.evolve(
-            options={k: v for k, v in t.options.items() if k not in keys}))
+            options={k: v for k, v in t.options.items() if k not in keys}, source_snapshot={}))
         return Result.ok(f"Reset {len(keys)} option(s) of {table.identifier}.")
 
     def drop(self, table: MaterializedTable) -> Result:

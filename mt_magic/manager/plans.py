@@ -91,10 +91,12 @@ class Planner:
             table = self._new_table(statement, catalog, database, name)
         finally:    # the name's errors come before the query's
             _check_free(lookup.result(), statement.or_alter, catalog, database, name)
+        strategy = ""
         if table.refresh_mode == CONTINUOUS:
-            self.pipelines.check_streamable(table)
-        return _plan(f"would create materialized table {identifier}, refresh mode {table.refresh_mode}, "
-                     f"freshness {table.freshness}", lambda: self.lifecycle.provision(table))
+            table = self.pipelines.choose_strategy(table)
+            strategy = f", {table.refresh_strategy}"
+        return _plan(f"would create materialized table {identifier}, refresh mode {table.refresh_mode}"
+                     f"{strategy}, freshness {table.freshness}", lambda: self.lifecycle.provision(table))
 
     def _analyze(self, query: str, identifier: str) -> AnalyzedQuery:
         analyzed = self.ws.analyzer.analyze(query)
@@ -154,23 +156,24 @@ class Planner:
         changes: dict = {"options": dict(statement.options), "comment": statement.comment}
         if statement.columns or statement.primary_key or statement.watermark:
             changes.update(primary_key=schema.primary_key, watermark=schema.watermark)
-        appended = self._appended(table, statement.query, analyzed, schema.columns)
+        appended = self._appended(table, statement.query, analyzed, schema.columns, changes)
         decision = None
         if statement.freshness:
             freshness = IntervalFreshness.from_literal(statement.freshness)
             if str(freshness) != table.freshness:
                 decision = self.ws.decide_mode(freshness, table.logical_refresh_mode)
-                self._check_new_mode(table, decision)
         return _plan(f"would alter materialized table {table.identifier}",
                      lambda: self.lifecycle.create_or_alter(table, statement.query, analyzed, appended,
                                                             changes, decision))
 
-    def _appended(self, table: MaterializedTable, query: str, analyzed: AnalyzedQuery, columns: tuple) -> tuple:
-        """The new columns (spec §4.5), and for a streaming table, the check that the query streams."""
+    def _appended(self, table: MaterializedTable, query: str, analyzed: AnalyzedQuery, columns: tuple,
+                  changes: dict) -> tuple:
+        """The new columns (spec §4.5); a CONTINUOUS table's strategy for the new query goes in `changes`."""
         appended = _appended_columns(table, columns)
         if table.refresh_mode == CONTINUOUS:
-            self.pipelines.check_streamable(table.evolve(definition_query=analyzed.definition_query,
-                                                         original_query=query))
+            chosen = self.pipelines.choose_strategy(table.evolve(
+                definition_query=analyzed.definition_query, original_query=query, source_tables=analyzed.sources))
+            changes.update(refresh_strategy=chosen.refresh_strategy, strategy_reason=chosen.strategy_reason)
         return appended
 
     # ========================================================= ALTER AS
@@ -179,9 +182,10 @@ class Planner:
         self.ws.require_not_initializing(table, "alter")
         analyzed = self._analyze(statement.query, table.identifier)
         columns = tuple(column_from_field(f) for f in analyzed.schema.fields)
-        appended = self._appended(table, statement.query, analyzed, columns)
+        changes: dict = {}
+        appended = self._appended(table, statement.query, analyzed, columns, changes)
         return _plan(f"would alter the query of materialized table {table.identifier}",
-                     lambda: self.lifecycle.evolve_query(table, statement.query, analyzed, appended, {}))
+                     lambda: self.lifecycle.evolve_query(table, statement.query, analyzed, appended, changes))
 
     # ======================================================== ALTER SET
     def _set_freshness(self, statement: st.AlterSetFreshness) -> Plan:
@@ -189,7 +193,6 @@ class Planner:
         self.ws.require_not_initializing(table, "alter")
         decision = self.ws.decide_mode(IntervalFreshness.from_literal(statement.freshness),
                                        table.logical_refresh_mode)
-        self._check_new_mode(table, decision)
         return _plan(f"would set the freshness of {table.identifier} to {decision.freshness}, refresh "
                      f"mode {decision.refresh_mode}", lambda: self.pipelines.change_mode(table, decision))
 
@@ -197,14 +200,8 @@ class Planner:
         table = self.ws.load(statement.name)
         self.ws.require_not_initializing(table, "alter")
         decision = self.ws.decide_mode(IntervalFreshness.parse(table.freshness), statement.refresh_mode)
-        self._check_new_mode(table, decision)
         return _plan(f"would set the refresh mode of {table.identifier} to {decision.refresh_mode}",
                      lambda: self.pipelines.change_mode(table, decision))
-
-    def _check_new_mode(self, table: MaterializedTable, decision) -> None:
-        if decision.refresh_mode == CONTINUOUS:
-            self.pipelines.check_streamable(table.evolve(refresh_mode=CONTINUOUS,
-                                                         freshness=str(decision.freshness)))
 
     def _set_options(self, statement: st.AlterSetOptions) -> Plan:
         table = self.ws.load(statement.name)
@@ -266,6 +263,10 @@ class Planner:
             if statement.if_exists:
                 return _plan("nothing to drop", lambda: Result.ok("Nothing to drop."))
             raise
+        readers = [t.identifier for t in self.ws.store.list() if table.identifier in t.source_tables]
+        if readers:
+            raise ValidationError(f"Materialized table {table.identifier} is read by materialized table "
+                                  f"{', '.join(readers)}: drop {'them' if len(readers) > 1 else 'it'} first.")
         return _plan(f"would drop materialized table {table.identifier}", lambda: self.lifecycle.drop(table))
 
     def _drop_table(self, statement: st.DropTable) -> Plan:

@@ -94,11 +94,15 @@ def _history(state: PipelineState) -> list[Refresh]:
 
 
 def _published_at(state: PipelineState, history: list[Refresh]) -> datetime | None:
+    """When the data last matched its sources: a publish, or a skip that found nothing changed."""
     progress = state.progress
     if progress is not None and progress.last_published:
         return datetime.fromtimestamp(progress.last_published, timezone.utc)
     done = [r for r in history if r.outcome == Outcome.SUCCEEDED and not r.target.startswith("batch")]
-    return done[-1].started_at + timedelta(seconds=done[-1].duration_s) if done else None
+    published = done[-1].started_at + timedelta(seconds=done[-1].duration_s) if done else None
+    if state.matched_at is not None and published is not None:
+        return max(published, datetime.fromtimestamp(state.matched_at, timezone.utc))
+    return published
 
 
 def _from_outcome(outcome: RefreshOutcome) -> Refresh:

@@ -30,26 +30,23 @@ from mt_magic.catalog.model import MaterializedTable
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import ValidationError
 from mt_magic.refresh.full import shape
-from mt_magic.storage.versions import TableStorage, data_source_options, folder_writer
+from mt_magic.storage.versions import Target, TableStorage, data_source_options, folder_writer
 from mt_magic.spark.errors import SPARK_ERRORS, error_sentence, spark_message
-from mt_magic.spark.session import session_info
+from mt_magic.spark.session import session_conf, session_info
 from mt_magic.spark.streaming import unsupported_reason
 
 log = logging.getLogger(__name__)
 
 APPEND, COMPLETE = "append", "complete"
 BATCH_PREFIX = "b-"
-_UNSTREAMABLE_HINT = ("Spark cannot keep this query's result up to date as a stream; use "
-                      "REFRESH_MODE = FULL for it.")
 
 
 def job_name(table: MaterializedTable) -> str:
     return f"Materialized_table_{table.identifier}_continuous_refresh_job"
 
 
-def output_mode(spark: Any, frame: DataFrame, table: MaterializedTable) -> str:
-    """Append where Spark allows it, complete for aggregations; else the query cannot stream."""
-    identifier = table.identifier
+def output_mode(spark: Any, frame: DataFrame, table: MaterializedTable) -> tuple[str | None, str]:
+    """Append where Spark allows it, complete for aggregations; else None and Spark's reason."""
     reasons = []
     for mode in (APPEND, COMPLETE):
         reason = unsupported_reason(spark, frame, mode)
@@ -57,13 +54,12 @@ def output_mode(spark: Any, frame: DataFrame, table: MaterializedTable) -> str:
             reasons.append(reason)
             continue
         if mode == APPEND and table.partition_keys:
-            raise ValidationError(
-                f"Materialized table {identifier}: a partitioned CONTINUOUS table needs an aggregating "
-                "query (its micro-batches replace the result); for a query that only appends rows, "
-                "leave out PARTITIONED BY or use REFRESH_MODE = FULL.")
-        return mode
-    raise ValidationError(f"Materialized table {identifier} cannot be refreshed in CONTINUOUS mode: "
-                          f"{reasons[-1]} {_UNSTREAMABLE_HINT}")
+            reasons.append("a partitioned table's micro-batches must replace its partitions, and this "
+                           "query's stream only appends rows.")
+            continue
+        return mode, ""
+    # The reason that names the operation, rather than only the output mode it rules out.
+    return None, next((r for r in reasons if "output mode" not in r.lower()), reasons[-1])
 
 
 @dataclass
@@ -104,10 +100,14 @@ class ContinuousJobs:
 
     # ------------------------------------------------------------ lifecycle
     def start(self, table: MaterializedTable, streaming_query: str, checkpoint: str, fresh: bool,
-              trigger_s: float, dynamic_options: dict[str, str]) -> JobHandler:
-        """Start the table's query; `fresh` starts over on a new version, else continue the checkpoint."""
+              trigger_s: float, dynamic_options: dict[str, str], shuffle_partitions: int) -> JobHandler:
+        """Start the table's query; `fresh` starts over on a new version, else continue the checkpoint.
+        The job has its own shuffle partitions whatever the user's session says (a new checkpoint
+        keeps them; Spark fixes a stateful stream's partitions when its checkpoint is created)."""
         frame = self.spark.sql(streaming_query)
-        mode = output_mode(self.spark, frame, table)
+        mode, reason = output_mode(self.spark, frame, table)
+        if mode is None:
+            raise ValidationError(f"Materialized table {table.identifier} cannot be streamed: {reason}")
         run_version = self._run_version(table, fresh)
         if fresh:
             self.storage.files.delete(checkpoint)
@@ -120,7 +120,8 @@ class ContinuousJobs:
         info = session_info(self.spark)
         with self._lock:
             try:
-                query = writer.start()
+                with session_conf(self.spark, {"spark.sql.shuffle.partitions": str(shuffle_partitions)}):
+                    query = writer.start()
             except BaseException:
                 if fresh:   # a job that never ran leaves no checkpoint behind
                     self.storage.files.delete(checkpoint)
@@ -240,7 +241,7 @@ class _Sink:
     def _publish(self, store: CatalogStore, storage: TableStorage, table: MaterializedTable,
                  version: str) -> None:
         storage.files.mkdirs(version)
-        published = storage.publish(table, version, {})
+        published = storage.publish(table, version, Target())
         updated = store.update(self.identifier, lambda t: t.evolve(storage=published))
         storage.sweep(updated, self.retention_s)
 

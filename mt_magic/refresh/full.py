@@ -1,4 +1,4 @@
-"""One batch refresh of a materialized table: the whole table or the partitions of one spec."""
+"""One batch refresh of a materialized table: the whole table or some of its partitions."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from mt_magic.catalog.model import Column, MaterializedTable, Storage
-from mt_magic.storage.versions import TableStorage, data_source_options, folder_writer
+from mt_magic.storage.versions import Target, TableStorage, data_source_options, folder_writer
 from mt_magic.spark.catalog import refresh_listings
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.jobs import job_scope
@@ -54,17 +54,19 @@ def shape(source: DataFrame, columns: Sequence[Column], identifier: str) -> Data
 
 
 def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable,
-                spec: dict[str, str], dynamic_options: dict[str, str] | None = None) -> RefreshResult:
+                target: Target, dynamic_options: dict[str, str] | None = None) -> RefreshResult:
     """Write a new version from the current source data and publish it; the old stays on failure."""
     started = time.monotonic()
     group = job_group(table)
-    target = "partition " + ", ".join(f"{k}={v}" for k, v in spec.items()) if spec else "table"
-    with job_scope(spark, group, f"refresh {table.identifier} ({target})"):
+    described = ", ".join(f"{k}={v}" for k, v in target.describe().items())
+    with job_scope(spark, group, f"refresh {table.identifier} ({described or 'table'})"):
         # Another session or application may have written a source: read what is there now.
         refresh_listings(spark, table.source_tables)
         frame = table_dataframe(spark, table)
-        for key, value in spec.items():
+        for key, value in target.spec.items():
             frame = frame.where(F.col(quote_identifier(key)) == F.lit(value))
+        if target.key is not None:     # Spark pushes the filter down to the changed source partitions
+            frame = frame.where(F.col(quote_identifier(target.key)).isin(list(target.values)))
         observation = Observation(f"rows_{time.monotonic_ns()}")
         frame = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
         version = storage.new_version(table)
@@ -72,6 +74,6 @@ def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable,
             {**table.options, **(dynamic_options or {})}), table.partition_keys)
         spark_call(lambda: writer.save(version), f"Refreshing {table.identifier}")
         storage.files.mkdirs(version)   # an empty result may leave no folder at all
-        published = storage.publish(table, version, spec)
+        published = storage.publish(table, version, target)
     return RefreshResult(published, int(observation.get.get("rows", 0)),
                          time.monotonic() - started, group)

@@ -1,4 +1,5 @@
-"""The embedded workflow scheduler: one APScheduler cron job per FULL materialized table.
+"""The embedded workflow scheduler: one APScheduler cron job per FULL materialized table, one interval
+job per CONTINUOUS table's change detector.
 
 The catalog store, not APScheduler's job store, is what persists: a new gateway rebuilds the jobs
 from the records. Cron fires at wall-clock multiples, as Flink's Quartz triggers do, and a fire calls
@@ -18,6 +19,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
+from apscheduler.triggers.interval import IntervalTrigger
 from zoneinfo import ZoneInfo
 
 from mt_magic.errors import MaterializedTableError
@@ -50,7 +52,7 @@ def next_fire(freshness: IntervalFreshness, zone: tzinfo, after: datetime) -> da
 class RefreshScheduler:
     """Cron jobs keyed by table identifier; a fire calls `refresh(name, schedule_time)` in a pool thread."""
 
-    def __init__(self, refresh: Callable[[str, str], object], workers: int = 2) -> None:
+    def __init__(self, refresh: Callable[[str, str], object], workers: int = 4) -> None:
         self._refresh = refresh
         self._scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(workers, {"thread_name_prefix": "mt_magic-refresh"})},
@@ -75,6 +77,12 @@ class RefreshScheduler:
             log.warning("Scheduled refresh of %s at %s: %s", name, schedule_time, error)
         except Exception:   # noqa: BLE001 - a dead scheduler thread helps nobody
             log.exception("Scheduled refresh of %s at %s failed", name, schedule_time)
+
+    def every(self, job_id: str, seconds: float, action: Callable[[], None], paused: bool = False) -> None:
+        """A job at a fixed interval (a CONTINUOUS table's change detector); a late run is not made up."""
+        self._scheduler.add_job(action, IntervalTrigger(seconds=seconds), id=job_id, name=job_id,
+                                replace_existing=True, next_run_time=None if paused else
+                                datetime.now(timezone.utc) + timedelta(seconds=seconds))
 
     def run_once(self, job_id: str, delay_s: float, action: Callable[[], None]) -> None:
         """A one-off job (a restart after a failure, with backoff)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,6 +49,8 @@ _PARSED_RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[.*\], (?:true|f
 _VIEW = re.compile(r"^[ :|+-]*View \(((?:`(?:[^`]|``)*`\.?)+), \[", re.M)
 _ANALYZED = "== Analyzed Logical Plan =="
 _POSITION = re.compile(r"\(line (\d+), pos (\d+)\)")
+# A file scan in a physical plan: the table it reads and the partition filters Spark pushed into it.
+_FILE_SCAN = re.compile(r"FileScan \S+ ([^\s\[]+)\[.*?PartitionFilters: \[(.*?)\], PushedFilters")
 
 
 _T = TypeVar("_T")
@@ -162,6 +165,20 @@ class QueryAnalyzer:
             alias = "" if aliased else f" AS {quote_identifier(ref.parts[-1])}"
             text = text[:ref.start] + f"STREAM({text[ref.start:ref.stop + 1]}){alias}" + text[ref.stop + 1:]
         return text
+
+    def partition_lineage(self, query: str, key: str) -> dict[str, str]:
+        """The sources whose output partition `key = v` reads only their own partition `column = v`:
+        source → column. Spark's optimizer proves it: the query filtered on `key` with a probe value
+        must push that filter, as a partition filter on a bare column, into every scan of the source."""
+        probe = f"mt_probe_{uuid.uuid4().hex[:12]}"
+        frame = self.spark.sql(f"SELECT * FROM ({query}) WHERE {quote_identifier(key)} = '{probe}'")
+        plan = spark_call(lambda: frame._explain_string(mode="simple") if self._connect
+                          else frame._jdf.queryExecution().executedPlan().toString(), "Spark")
+        columns: dict[str, set[str | None]] = {}
+        for table, filters in _FILE_SCAN.findall(plan):
+            column = re.search(r"\(([^\s#(]+)#\d+ = " + probe + r"\)", filters)
+            columns.setdefault(table.lower(), set()).add(column.group(1) if column else None)
+        return {table: found.pop() for table, found in columns.items() if len(found) == 1 and None not in found}
 
     # -------------------------------------------------------------- helpers
     def _analysed(self, query: str) -> tuple[Any, str]:

@@ -19,6 +19,10 @@ from mt_magic.errors import ValidationError
 from mt_magic.spark.session import is_connect
 
 
+# path → (size in bytes, modification time in ms)
+Listing = dict[str, tuple[int, int]]
+
+
 @dataclass(frozen=True)
 class Entry:
     path: str
@@ -58,6 +62,11 @@ class Files:
 
     def link_tree(self, source: str, target: str) -> None:
         """The files under `source` also under `target`: hard links where the store has them."""
+        raise NotImplementedError
+
+    def listing(self, path: str) -> Listing:
+        """Every data file under `path` with its size and modification time: what a change of the
+        data changes. Names Spark skips (`_x`, `.x`) are skipped here too."""
         raise NotImplementedError
 
     def is_empty_dir(self, path: str) -> bool:
@@ -118,11 +127,46 @@ class HadoopFiles(Files):
         target_fs, jtarget = self._fs(target)
         self._file_util.copy(fs, jsource, target_fs, jtarget, False, self._conf)
 
+    def listing(self, path: str) -> Listing:
+        if urlparse(path).scheme == "file":      # read here: no JVM round trip per file
+            return _walk(unquote(urlparse(path).path))
+        fs, jpath = self._fs(path)
+        if not fs.exists(jpath):
+            return {}
+        found: Listing = {}
+        files = fs.listFiles(jpath, True)
+        while files.hasNext():
+            status = files.next()
+            name = status.getPath().toString()
+            if not _hidden(name[len(path):]):
+                found[name] = (int(status.getLen()), int(status.getModificationTime()))
+        return found
+
     def age(self, path: str) -> float | None:
         fs, jpath = self._fs(path)
         if not fs.exists(jpath):
             return None
         return time.time() - fs.getFileStatus(jpath).getModificationTime() / 1000.0
+
+
+def _hidden(relative: str) -> bool:
+    return any(part.startswith(("_", ".")) for part in relative.split("/") if part)
+
+
+def _walk(local: str) -> Listing:
+    found: Listing = {}
+    for folder, folders, names in os.walk(local):
+        folders[:] = [f for f in folders if not f.startswith(("_", "."))]
+        for name in names:
+            if name.startswith(("_", ".")):
+                continue
+            full = os.path.join(folder, name)
+            try:
+                stat = os.stat(full)
+            except FileNotFoundError:
+                continue          # removed while listed: the next listing differs anyway
+            found["file:" + full] = (stat.st_size, int(stat.st_mtime * 1000))
+    return found
 
 
 class LocalFiles(Files):
@@ -170,6 +214,9 @@ class LocalFiles(Files):
             return []
         with os.scandir(local) as entries:
             return [Entry("file:" + entry.path, entry.name, entry.is_dir()) for entry in entries]
+
+    def listing(self, path: str) -> Listing:
+        return _walk(self._local(path))
 
     def link_tree(self, source: str, target: str) -> None:
         def link(src: str, dst: str) -> None:

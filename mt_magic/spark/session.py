@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,6 +136,53 @@ def _connect_session(remote: str, app_name: str, conf: dict[str, str]) -> Any:
     with warnings.catch_warnings():   # a running server keeps its static confs, and says so
         warnings.simplefilter("ignore", UserWarning)
         return client.getOrCreate()
+
+
+@contextmanager
+def session_conf(spark: Any, settings: Mapping[str, str]) -> Iterator[None]:
+    """Session settings for one call (a query started inside keeps them: Spark clones the session's
+    settings into each stream), then the session's own again."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def default_parallelism(spark: Any) -> int:
+    """The cores the application has (a small stream's shuffle partitions): the SparkContext's on a
+    classic session; over Connect the server's setting, or its local master's cores, else 4."""
+    if not is_connect(spark):
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    configured = spark.conf.get("spark.default.parallelism", None)
+    if configured:
+        return max(1, int(configured))
+    local = re.fullmatch(r"local\[(\d+)(?:,\d+)?\]", spark.conf.get("spark.master", "") or "")
+    return int(local.group(1)) if local else 4
+
+
+def quiet_background_output(spark: Any) -> None:
+    """Spark's console progress bar (one per application, drawing every job's stages) and the
+    streaming engine's warnings go to the driver's stderr, which a notebook shows in whatever cell
+    runs: where pipelines run in a notebook's own application, they are turned off (the dashboard
+    and the history say what runs). Over Connect the server's stderr is not the notebook's."""
+    if is_connect(spark):
+        return
+    bar = spark.sparkContext._jsc.sc().progressBar()
+    if bar.isDefined():
+        bar.get().stop()
+    for logger in _BACKGROUND_LOGGERS:
+        spark._jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            logger, spark._jvm.org.apache.logging.log4j.Level.ERROR)
+
+
+_BACKGROUND_LOGGERS = ("org.apache.spark.sql.execution.streaming", "org.apache.spark.sql.streaming")
 
 
 def _free_port() -> int:

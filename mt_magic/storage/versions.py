@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote
@@ -30,6 +31,29 @@ SUPERSEDED_MARKER = "_SUPERSEDED"
 TABLE_PROPERTY = "mt_magic.materialized-table"
 # Options that steer where and how data is stored, never passed to the data source.
 RESERVED_OPTIONS = ("connector", "format", "path")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a refresh rewrites: the whole table, the partitions of one spec, or the partitions whose
+    `key` is one of `values` (the partitions whose sources changed)."""
+
+    spec: dict[str, str] = field(default_factory=dict)
+    key: str | None = None
+    values: tuple[str, ...] = ()
+
+    @property
+    def whole(self) -> bool:
+        return not self.spec and self.key is None
+
+    def matches(self, partition: Mapping[str, str]) -> bool:
+        lowered = {k.lower(): v for k, v in partition.items()}
+        return all(lowered.get(k.lower()) == v for k, v in self.spec.items()) and (
+            self.key is None or lowered.get(self.key.lower()) in self.values)
+
+    def describe(self) -> dict[str, str]:
+        """The target as history and DESCRIBE show it: a spec, or key → the changed values."""
+        return dict(self.spec) if self.key is None else {self.key: ", ".join(self.values)}
 
 
 def data_source_options(options: dict[str, str]) -> dict[str, str]:
@@ -154,13 +178,13 @@ class TableStorage:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
         return self.files.qualify(f"{table.storage.root}/{VERSION_PREFIX}{stamp}-{uuid.uuid4().hex[:8]}")
 
-    def publish(self, table: MaterializedTable, version: str, spec: dict[str, str]) -> Storage:
-        """Make `version` what readers see: the whole table, or the partitions matching `spec`."""
+    def publish(self, table: MaterializedTable, version: str, target: Target) -> Storage:
+        """Make `version` what readers see: the whole table, or the partitions the target matches."""
         storage = table.storage
         if not table.partition_keys or not storage.catalog_partitions:
-            if table.partition_keys and spec:   # the partitions not rewritten come along, linked
+            if table.partition_keys and not target.whole:   # the partitions not rewritten come along
                 for key, path in self._written_partitions(storage.location, table.partition_keys):
-                    if not all(dict(key).get(k) == v for k, v in spec.items()):
+                    if not target.matches(dict(key)):
                         self.files.link_tree(path, version.rstrip("/") + path[len(storage.location.rstrip("/")):])
             spark_call(lambda: self.spark.sql(
                 f"ALTER TABLE {table.quoted} SET LOCATION {sql_string(version)}"),
@@ -168,8 +192,7 @@ class TableStorage:
             return Storage(storage.root, storage.format, version, (), storage.owns_root,
                            storage.catalog_partitions)
         written = dict(self._written_partitions(version, table.partition_keys))
-        replaced = {tuple(p.spec.items()): p.location for p in storage.partitions
-                    if all(p.spec.get(k) == v for k, v in spec.items())}
+        replaced = {tuple(p.spec.items()): p.location for p in storage.partitions if target.matches(p.spec)}
         kept = {tuple(p.spec.items()): p.location for p in storage.partitions
                 if tuple(p.spec.items()) not in replaced}
         empty = f"{storage.root}/{EMPTY_DIR}"

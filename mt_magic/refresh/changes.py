@@ -1,0 +1,174 @@
+"""What changed in a table's sources since the table last matched them: snapshots of their files.
+
+A source's snapshot is a digest of its data files (path, size, modification time): for a
+materialized table, the files of its published versions as the catalog store names them; for any
+other table, the files under its folder. A source whose state cannot be told from files (a view, a
+JDBC table) has no digest, and a table reading it is recomputed at every trigger. Where Spark's
+optimizer proves that an output partition reads only the same partition of a source, the snapshot
+keeps a digest per source partition too, so that only changed partitions are recomputed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+from urllib.parse import unquote
+
+from mt_magic.catalog.model import MaterializedTable
+from mt_magic.catalog.store import CatalogStore
+from mt_magic.errors import MaterializedTableError
+from mt_magic.spark.analysis import QueryAnalyzer
+from mt_magic.spark.catalog import table_facts
+from mt_magic.spark.files import Files, Listing
+from mt_magic.sql.statements import quote_identifier
+from mt_magic.sql.volatile import volatile_calls
+
+FACTS_TTL_S = 30.0                 # how long a plain table's folder is taken as known
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+Snapshot = dict[str, dict[str, Any]]     # source → {"digest", "column", "partitions"}
+
+
+class Change(Enum):
+    NONE = "none"
+    PARTITIONS = "partitions"
+    ALL = "all"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    change: Change
+    key: str | None = None                 # the table's partition key of the changed values
+    values: tuple[str, ...] = ()
+
+
+@dataclass
+class _Lineage:
+    definition_query: str
+    key: str | None = None
+    columns: dict[str, str] = field(default_factory=dict)     # source → its partition column
+
+
+def digest(listing: Listing) -> str:
+    text = "\n".join(f"{path}\t{size}\t{mtime}" for path, (size, mtime) in sorted(listing.items()))
+    return hashlib.sha1(text.encode()).hexdigest()[:20]
+
+
+def partition_digests(listing: Listing, column: str) -> dict[str, str]:
+    """A digest per value of `column`, from the `column=value` folder each file lies in. Paths count
+    from that folder on: a partition carried into a new version unchanged (linked) keeps its digest."""
+    segment = re.compile(rf"/{re.escape(column)}=([^/]*)/", re.IGNORECASE)
+    groups: dict[str, Listing] = {}
+    for path, facts in listing.items():
+        found = list(segment.finditer(path))
+        value = unquote(found[-1].group(1)) if found else ""
+        groups.setdefault(value, {})[path[found[-1].end():] if found else path] = facts
+    return {value: digest(files) for value, files in groups.items()}
+
+
+def compare(previous: Snapshot, current: Snapshot, volatile: bool) -> Comparison:
+    """NONE when nothing changed; PARTITIONS with the changed values when every changed source is
+    partitioned like the table; ALL otherwise (and whenever a state is unknown)."""
+    if volatile or not previous or set(previous) != set(current) or \
+            any(s["digest"] is None for s in current.values()):
+        return Comparison(Change.ALL)
+    changed = [name for name in current if current[name]["digest"] != previous[name]["digest"]]
+    if not changed:
+        return Comparison(Change.NONE)
+    keys = {current[name].get("key") for name in changed}
+    values: set[str] = set()
+    for name in changed:
+        before, now = previous[name].get("partitions") or {}, current[name].get("partitions") or {}
+        if not now and not before:
+            return Comparison(Change.ALL)
+        values |= {v for v in before.keys() | now.keys() if before.get(v) != now.get(v)}
+    if len(keys) != 1 or None in keys or not values or "" in values or NULL_PARTITION in values:
+        return Comparison(Change.ALL)
+    return Comparison(Change.PARTITIONS, keys.pop(), tuple(sorted(values)))
+
+
+def volatile(table: MaterializedTable) -> list[str]:
+    return volatile_calls(table.definition_query)
+
+
+def undeterminable(table: MaterializedTable) -> list[str]:
+    """The sources whose state the last snapshot could not determine."""
+    return [name for name, s in table.source_snapshot.items() if s.get("digest") is None]
+
+
+class Snapshots:
+    """Takes the snapshots of a table's sources; remembers plain tables' folders for a while and each
+    definition's partition lineage for as long as the definition holds."""
+
+    def __init__(self, spark: Any, files: Files, store: CatalogStore, analyzer: QueryAnalyzer) -> None:
+        self.spark = spark
+        self.files = files
+        self.store = store
+        self.analyzer = analyzer
+        self._folders: dict[str, tuple[float, str | None]] = {}
+        self._lineage: dict[str, _Lineage] = {}
+
+    def take(self, table: MaterializedTable) -> Snapshot:
+        lineage = self.lineage(table)
+        snapshot: Snapshot = {}
+        for source in table.source_tables:
+            try:
+                listing = self.listing(source)
+            except MaterializedTableError:      # e.g. dropped: the refresh itself says what is wrong
+                listing = None
+            if listing is None:
+                snapshot[source] = {"digest": None}
+                continue
+            column = lineage.columns.get(source.lower())
+            snapshot[source] = {"digest": digest(listing)}
+            if column:
+                snapshot[source].update(key=lineage.key, column=column,
+                                        partitions=partition_digests(listing, column))
+        return snapshot
+
+    def listing(self, source: str) -> Listing | None:
+        """The source's data files, or None when its state cannot be told from files."""
+        locations = self._locations(source)
+        if locations is None:
+            return None
+        listing: Listing = {}
+        for location in locations:
+            listing.update(self.files.listing(location))
+        return listing
+
+    def forget(self, table: MaterializedTable) -> None:
+        """A source changed: its folder is looked up again next time (it may have moved)."""
+        for source in table.source_tables:
+            self._folders.pop(source, None)
+
+    def lineage(self, table: MaterializedTable) -> _Lineage:
+        known = self._lineage.get(table.identifier)
+        if known is not None and known.definition_query == table.definition_query:
+            return known
+        lineage = _Lineage(table.definition_query)
+        for key in table.partition_keys:
+            column = table.column(key)
+            if column is None or column.type != "string":
+                continue
+            columns = self.analyzer.partition_lineage(table.definition_query, key)
+            if columns:
+                lineage.key, lineage.columns = key, columns
+                break
+        self._lineage[table.identifier] = lineage
+        return lineage
+
+    def _locations(self, source: str) -> list[str] | None:
+        upstream = self.store.get(source)
+        if upstream is not None:       # a materialized table: its published versions
+            storage = upstream.storage
+            return [storage.location] + [p.location for p in storage.partitions]
+        stamp, folder = self._folders.get(source, (0.0, None))
+        if time.monotonic() - stamp > FACTS_TTL_S:
+            facts = table_facts(self.spark, ".".join(quote_identifier(p) for p in source.split(".", 2)))
+            folder = None if facts.kind == "VIEW" else facts.location
+            self._folders[source] = (time.monotonic(), folder)
+        return [folder] if folder else None
