@@ -22,6 +22,7 @@ from datetime import datetime
 
 from pyspark.sql import SparkSession
 
+from continuous_lag import cpu_seconds, lag_samples  # benchmarks/ is the script's own folder
 from mt_magic import Gateway
 
 PARTITIONS = 100
@@ -37,15 +38,6 @@ def timed(action) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def family() -> list[int]:
@@ -64,25 +56,9 @@ def family() -> list[int]:
 
 def idle_percent(seconds: float) -> float:
     pids = family()
-    start_cpu, start = cpu_seconds(pids), time.monotonic()
+    start_cpu, start = sum(map(cpu_seconds, pids)), time.monotonic()
     time.sleep(seconds)
-    return 100 * (cpu_seconds(pids) - start_cpu) / (time.monotonic() - start)
-
-
-def lag(spark, table: str, column: str, marker: int, samples: int, interval: float) -> list[float]:
-    lags = []
-    for i in range(samples):
-        value = marker + i
-        started = time.monotonic()
-        spark.sql(f"INSERT INTO orders VALUES ({value}, 5.0)")
-        appended = time.monotonic()
-        while not spark.sql(f"SELECT 1 FROM {table} WHERE {column} = {value}").take(1):
-            if time.monotonic() - appended > 60:
-                raise RuntimeError(f"{value} not visible in {table} within 60 s")
-            time.sleep(0.05)
-        lags.append(time.monotonic() - appended)
-        time.sleep(max(0.0, interval - (time.monotonic() - started)))
-    return lags
+    return 100 * (sum(map(cpu_seconds, pids)) - start_cpu) / (time.monotonic() - start)
 
 
 def p95(values: list[float]) -> float:
@@ -130,13 +106,16 @@ def main() -> None:
         spark.sql("CREATE TABLE orders (user_id INT, amount DOUBLE) USING parquet")
         spark.sql("INSERT INTO orders VALUES (0, 1.0)")
         gateway.execute("CREATE MATERIALIZED TABLE streamed FRESHNESS = INTERVAL '2' SECOND AS "
-                        "SELECT user_id, SUM(amount) AS total FROM orders GROUP BY user_id")
+                        "SELECT user_id, COUNT(*) AS n FROM orders GROUP BY user_id")
         gateway.execute("CREATE MATERIALIZED TABLE recomputed FRESHNESS = INTERVAL '2' SECOND AS "
-                        "SELECT user_id, COUNT(DISTINCT amount) AS amounts FROM orders GROUP BY user_id")
+                        "SELECT user_id, COUNT(DISTINCT amount) AS n FROM orders GROUP BY user_id")
         strategies = (gateway.describe("streamed")["refresh_strategy"],
                       gateway.describe("recomputed")["refresh_strategy"])
-        streamed = lag(spark, "streamed", "user_id", 1000, 8, 2.5)
-        recomputed = lag(spark, "recomputed", "user_id", 2000, 8, 2.5)
+
+        def rows_of(table: str):      # a marker's two appended rows, as the table counts them
+            return lambda marker: (spark.sql(f"SELECT n FROM {table} WHERE user_id = {marker}").first() or [0])[0]
+        streamed = lag_samples(spark, rows_of("streamed"), 1000, 2.5)
+        recomputed = lag_samples(spark, rows_of("recomputed"), 2000, 2.5)
         query_time = statistics.median(timed(lambda: spark.sql(
             "SELECT user_id, COUNT(DISTINCT amount) FROM orders GROUP BY user_id").collect()) for _ in range(3))
         gateway.execute("DROP MATERIALIZED TABLE streamed; DROP MATERIALIZED TABLE recomputed")
