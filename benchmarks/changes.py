@@ -26,7 +26,7 @@ from continuous_lag import cpu_seconds, lag_samples  # benchmarks/ is the script
 from mt_magic import Gateway
 
 PARTITIONS = 100
-ROWS_PER_PARTITION = 2000
+ROWS_PER_PARTITION = 10000
 IDLE_S = 30.0
 
 

@@ -170,7 +170,7 @@ class Gateway:
     def progress(self, name: str) -> dict | None:
         """The running streaming job's latest progress (CONTINUOUS tables), else None."""
         table = self._ws.load(self._ws.name(name))
-        progress = self.pipelines.jobs.progress(table.identifier)
+        progress = self.pipelines.streams.jobs.progress(table.identifier)
         return None if progress is None else dict(vars(progress))
 
     def status(self) -> list[PipelineState]:

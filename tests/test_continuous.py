@@ -106,7 +106,7 @@ def test_failing_job_is_recorded_and_restarted_up_to_the_limit(spark, gw, orders
                "SELECT user_id, assert_true(amount < 100, 'amount too large') AS ok FROM orders")
     spark.sql("INSERT INTO orders VALUES (9, 1000.0)")
     handler = wait_for(lambda: (lambda h: h if h.get("restarts") == 1 and "failure" in h
-                                and not gw.pipelines.jobs.is_running(gw.describe("checked")["identifier"])
+                                and not gw.pipelines.streams.running(gw.describe("checked")["identifier"])
                                 else None)(gw.describe("checked")["refresh_handler"]), timeout=90)
     assert "amount too large" in handler["failure"]
     assert gw.describe("checked")["refresh_status"] == "ACTIVATED"

@@ -157,6 +157,11 @@ def test_a_full_refresh_is_skipped_when_no_source_changed(spark, gw, sources):
     gw.execute("ALTER MATERIALIZED TABLE daily AS SELECT ds, SUM(amount) * 2 AS total FROM events GROUP BY ds")
     _scheduled(gw, "daily")                               # a new definition matches no snapshot
     assert gw.history("daily", limit=1)[0]["outcome"] == "SUCCEEDED"
+    gw.execute("ALTER MATERIALIZED TABLE daily SET ('compression' = 'gzip')")
+    _scheduled(gw, "daily")                               # nor do new options
+    assert gw.history("daily", limit=1)[0]["outcome"] == "SUCCEEDED"
+    _scheduled(gw, "daily")
+    assert gw.history("daily", limit=1)[0]["outcome"] == "SKIPPED"
 
 
 def test_only_changed_partitions_are_recomputed(spark, gw, db):

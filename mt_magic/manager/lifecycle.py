@@ -63,11 +63,11 @@ class Lifecycle:
             self.ws.storage.add_columns(updated, len(appended))
         handler = table.refresh_handler
         if continuous:   # §4.5: the new job starts from scratch; a SUSPENDED one will on RESUME
-            self.pipelines.delete_checkpoints(table)
+            self.pipelines.streams.delete_checkpoints(table)
             handler = replace(table.job, restore_path=None, checkpoint_location=None) \
                 if table.job and updated.streams else None
             if table.refresh_status == ACTIVATED:
-                handler = (self.pipelines.start_job(updated, fresh=True, dynamic_options={}) if updated.streams
+                handler = (self.pipelines.streams.start(updated, fresh=True, dynamic_options={}) if updated.streams
                            else self.pipelines.detect_changes(updated, paused=False, dynamic_options={}))
         # A new definition matches no snapshot: the next trigger recomputes all of it.
         self.ws.store.update(table.identifier, lambda t: t.evolve(

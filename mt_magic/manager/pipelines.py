@@ -14,28 +14,27 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
-from mt_magic import config as cfg
-from mt_magic.catalog.handlers import JobHandler, RecomputeHandler, RefreshHandler, ScheduleHandler
+from mt_magic.catalog.handlers import RecomputeHandler, RefreshHandler, ScheduleHandler
 from mt_magic.catalog.history import RefreshEntry, RefreshHistory, Runner, Trigger
 from mt_magic.catalog.model import (ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable, Outcome,
-                                    RefreshOutcome, RefreshStrategy, now_iso)
-from mt_magic.errors import (ExecutionError, MaterializedTableError, SparkError, StateError,
-                             TableNotFoundError, ValidationError)
+                                    RefreshOutcome, now_iso)
+from mt_magic.errors import (ExecutionError, MaterializedTableError, StateError, TableNotFoundError,
+                             ValidationError)
+from mt_magic.manager.streams import Streams, checkpoint_of, trigger_seconds
 from mt_magic.manager.workspace import Workspace
 from mt_magic.refresh.changes import Change, Snapshots, compare, volatile
-from mt_magic.refresh.continuous import ContinuousJobs, Progress, output_mode
+from mt_magic.refresh.continuous import Progress
 from mt_magic.refresh.full import job_group, run_refresh
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT, periodic_partition
 from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, next_fire, workflow_name, zone_named
 from mt_magic.results import Result
 from mt_magic.spark.errors import SPARK_ERRORS, spark_call, spark_message
 from mt_magic.spark.jobs import cancel_jobs
-from mt_magic.spark.session import default_parallelism, session_info
+from mt_magic.spark.session import session_info
 from mt_magic.storage.versions import Target
 from mt_magic.sql.freshness import CONTINUOUS, FULL, IntervalFreshness, ModeDecision
 from mt_magic.sql.statements import quote_identifier
@@ -61,19 +60,19 @@ class Pipelines:
         self._refresh_named = refresh
         self.scheduler = RefreshScheduler(refresh)
         self.snapshots = Snapshots(ws.spark, ws.storage.files, ws.store, ws.analyzer)
-        self._streamed: dict[str, dict[str, dict]] = {}   # table → streamed source → its files
         self._matched: dict[str, float] = {}
         self.history = RefreshHistory(ws.store.path)
         self.owner = False        # this process runs the store's pipelines (set by the gateway)
         self._followed: dict[str, tuple | None] = {}
         self._following = threading.Lock()
-        self.jobs = ContinuousJobs(ws.spark, ws.storage, ws.store, ws.retention_s, self._job_failed)
+        self.streams = Streams(ws, self.scheduler, self.snapshots,
+                               recompute=lambda table: self.run(table, {}, Trigger.CHANGE)[0])
 
     # ============================================================ state
     def state(self, table: MaterializedTable) -> PipelineState:
         identifier = table.identifier
         return PipelineState(table, self.next_refresh(table), identifier in self._running,
-                             self.jobs.progress(identifier) if table.streams else None,
+                             self.streams.jobs.progress(identifier) if table.streams else None,
                              self._matched.get(identifier))
 
     def refreshing(self, identifier: str) -> bool:
@@ -101,13 +100,13 @@ class Pipelines:
             return self.schedule(table, paused=paused, dynamic_options=table.dynamic_options)
         if not table.streams:
             return self.detect_changes(table, paused=paused, dynamic_options=table.dynamic_options)
-        return self.start_job(table, fresh=fresh, dynamic_options=table.dynamic_options,
-                              checkpoint=_checkpoint(table))
+        return self.streams.start(table, fresh=fresh, dynamic_options=table.dynamic_options,
+                              checkpoint=checkpoint_of(table))
 
     def detect_changes(self, table: MaterializedTable, paused: bool, dynamic_options: dict) -> RecomputeHandler:
         """Recompute on change: every trigger compares the sources' snapshots, through the public
         refresh path (as a FULL table's cron fire)."""
-        trigger = self.trigger_s(table)
+        trigger = trigger_seconds(self.ws, table)
         name = table.quoted
         self.scheduler.every(table.identifier, trigger, lambda: self._fire_change(name), paused=paused)
         info = session_info(self.ws.spark)
@@ -120,29 +119,6 @@ class Pipelines:
         except (MaterializedTableError, *SPARK_ERRORS) as error:     # recorded; the thread goes on
             log.warning("Change refresh of %s: %s", name, spark_message(error))
 
-    def trigger_s(self, table: MaterializedTable) -> float:
-        """A CONTINUOUS table's trigger: the checkpoint interval where set, else its freshness."""
-        interval = self.ws.options.get(cfg.CHECKPOINT_INTERVAL)
-        return (self.ws.options.duration(cfg.CHECKPOINT_INTERVAL) if interval
-                else IntervalFreshness.parse(table.freshness).duration).total_seconds()
-
-    def choose_strategy(self, table: MaterializedTable) -> MaterializedTable:
-        """Streaming where Spark's streaming maintains the query; recompute on change for the rest
-        (a CONTINUOUS table never fails because its query cannot stream)."""
-        upstream = [s for s in table.source_tables if self.ws.store.get(s) is not None]
-        if upstream:
-            reason = (f"it reads materialized table {', '.join(upstream)}, whose publishes switch "
-                      "versions that a stream of files cannot follow")
-        else:
-            try:        # Spark may refuse a streaming read at once (e.g. in a subquery)
-                frame = spark_call(lambda: self.ws.spark.sql(self.streaming_query(table)), "Streaming")
-                mode, reason = output_mode(self.ws.spark, frame, table)
-            except SparkError as error:
-                mode, reason = None, str(error).removeprefix("Streaming: ")
-            if mode is not None:
-                return table.evolve(refresh_strategy=RefreshStrategy.STREAMING, strategy_reason=None)
-        return table.evolve(refresh_strategy=RefreshStrategy.RECOMPUTE, strategy_reason=reason)
-
     def schedule(self, table: MaterializedTable, paused: bool, dynamic_options: dict) -> ScheduleHandler:
         freshness = IntervalFreshness.parse(table.freshness)
         zone = self.ws.zone()
@@ -152,86 +128,9 @@ class Pipelines:
                                freshness.quartz_cron(), str(zone), info.master, info.application_id,
                                dict(dynamic_options))
 
-    def start_job(self, table: MaterializedTable, fresh: bool, dynamic_options: dict,
-                  checkpoint: str | None = None) -> JobHandler:
-        """Start the streaming job: fresh (new checkpoint, new data version) or from `checkpoint`."""
-        streaming = self.streaming_query(table)
-        trigger = self.trigger_s(table)
-        location = checkpoint if checkpoint and not fresh else self.new_checkpoint(table)
-        streamed = [s for s in table.source_tables if s.lower() not in self._static(table)]
-        # The files the stream starts from: a later listing missing one of them is not an append.
-        self._streamed[table.identifier] = {s: self.snapshots.listing(s) for s in streamed}
-        partitions = int(self.ws.options.get(cfg.CONTINUOUS_SHUFFLE_PARTITIONS) or
-                         default_parallelism(self.ws.spark))
-        handler = spark_call(lambda: self.jobs.start(table, streaming, location, fresh, trigger,
-                                                     dynamic_options, partitions),
-                             f"Starting the continuous refresh job of {table.identifier}")
-        self.scheduler.every(_watch_id(table.identifier), max(trigger, 1.0),
-                             lambda: self._watch_stream(table.identifier))
-        return replace(handler, restarts=table.job.restarts if table.job and not fresh else 0)
-
-    def _static(self, table: MaterializedTable) -> set[str]:
-        names = [n.strip() for n in (table.options.get(cfg.STATIC_SOURCES) or "").split(",") if n.strip()]
-        return {".".join(self.ws.analyzer.resolve(self.ws.name(n))).lower() for n in names}
-
-    def streaming_query(self, table: MaterializedTable) -> str:
-        """Sources listed in the static-sources option are joined as static data; the rest stream."""
-        return spark_call(lambda: self.ws.analyzer.streaming_query(table.definition_query, self._static(table)),
-                          f"Materialized table {table.identifier}")
-
-    def _watch_stream(self, identifier: str) -> None:
-        """A file stream sees only new files: a streamed source that lost or rewrote one (overwrite,
-        delete, compaction) makes the table recomputed from its sources and streamed afresh."""
-        try:
-            known = self._streamed.get(identifier)
-            table = self.ws.store.get(identifier)
-            if known is None or table is None or not self.jobs.is_running(identifier):
-                return
-            now = {source: self.snapshots.listing(source) for source in known}
-            rewritten = [s for s, files in known.items() if files is not None and now[s] is not None
-                         and any(now[s].get(path) != facts for path, facts in files.items())]
-            if not rewritten:
-                self._streamed[identifier] = now
-                return
-            log.info("A streamed source of %s lost or rewrote files (%s): recomputing from the sources",
-                     identifier, ", ".join(rewritten))
-            self.stop_job(identifier)
-            try:        # the answer now; the fresh stream's first batch reads every file again anyway
-                table, _ = self.run(table, {}, Trigger.CHANGE)
-            except (MaterializedTableError, *SPARK_ERRORS) as error:
-                log.warning("Recomputing %s: %s", identifier, spark_message(error))
-            self.delete_checkpoints(table)
-            handler = self.start_job(table, fresh=True, dynamic_options=table.dynamic_options)
-            self.ws.store.update(identifier, lambda t: t.evolve(refresh_handler=handler))
-        except (MaterializedTableError, *SPARK_ERRORS) as error:
-            log.warning("Watching the streamed sources of %s: %s", identifier, spark_message(error))
-
-    def stop_job(self, identifier: str) -> None:
-        self.scheduler.remove(_watch_id(identifier))
-        self._streamed.pop(identifier, None)
-        self.jobs.stop(identifier)
-
     def stop(self, table: MaterializedTable) -> None:
         self.scheduler.remove(table.identifier)
-        self.stop_job(table.identifier)
-
-    def checkpoint_root(self) -> str:
-        return self.ws.options.get(cfg.CHECKPOINT_DIR) or f"{self.ws.home()}/checkpoints"
-
-    def savepoint_root(self) -> str:
-        """Unlike Flink, SUSPEND needs no setting: savepoints default to a folder beside the store."""
-        return self.ws.options.get(cfg.SAVEPOINT_DIR) or f"{self.ws.home()}/savepoints"
-
-    def new_checkpoint(self, table: MaterializedTable, root: str | None = None) -> str:
-        folder = root or self.checkpoint_root()
-        return self.ws.storage.files.qualify(
-            f"{folder}/{table.catalog}/{table.database}/{table.name}-{uuid.uuid4().hex[:8]}")
-
-    def delete_checkpoints(self, table: MaterializedTable) -> None:
-        job = table.job
-        for path in (job.checkpoint_location, job.restore_path) if job else ():
-            if path:
-                self.ws.storage.files.delete(path)
+        self.streams.stop(table.identifier)
 
     def discard(self, table: MaterializedTable) -> None:
         """Everything of a table, gone: pipeline, running jobs, data, checkpoints, record."""
@@ -241,7 +140,7 @@ class Pipelines:
             current = self.ws.store.get(table.identifier) or table
             try:
                 self.ws.storage.drop(current)
-                self.delete_checkpoints(current)
+                self.streams.delete_checkpoints(current)
             finally:
                 self.ws.store.delete(table.identifier)
 
@@ -251,18 +150,18 @@ class Pipelines:
                                refresh_mode=decision.refresh_mode, refresh_strategy=None, strategy_reason=None)
         to_continuous, was_continuous = decision.refresh_mode == CONTINUOUS, table.refresh_mode == CONTINUOUS
         if to_continuous:
-            updated = self.choose_strategy(updated)
+            updated = self.streams.strategy(updated)
         self.stop(table)
         if table.streams and not updated.streams:
-            self.delete_checkpoints(table)
+            self.streams.delete_checkpoints(table)
         dynamic = table.dynamic_options
         if not to_continuous:
             handler = self.schedule(updated, paused=table.refresh_status == SUSPENDED, dynamic_options=dynamic)
         elif table.refresh_status == SUSPENDED:
             handler = table.refresh_handler if was_continuous and updated.streams == table.streams else None
         elif updated.streams:    # a new trigger continues from the checkpoint; else the job starts fresh
-            handler = self.start_job(updated, fresh=not table.streams, dynamic_options=dynamic,
-                                     checkpoint=_checkpoint(table))
+            handler = self.streams.start(updated, fresh=not table.streams, dynamic_options=dynamic,
+                                     checkpoint=checkpoint_of(table))
         else:
             handler = self.detect_changes(updated, paused=False, dynamic_options=dynamic)
         self.ws.store.update(table.identifier, lambda t: t.evolve(
@@ -366,7 +265,7 @@ class Pipelines:
     # =================================================== suspend/resume
     def suspend(self, table: MaterializedTable) -> Result:
         if table.streams:
-            return self._suspend_job(table)
+            return self.streams.suspend(table)
         if self.scheduler.has(table.identifier):
             self.scheduler.pause(table.identifier)
         self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_status=SUSPENDED))
@@ -374,7 +273,7 @@ class Pipelines:
 
     def resume(self, table: MaterializedTable, options: dict[str, str]) -> Result:
         if table.streams:
-            return self._resume_job(table, options)
+            return self.streams.resume(table, options)
         dynamic = options or table.dynamic_options
         handler = (self.schedule(table, paused=False, dynamic_options=dynamic) if table.refresh_mode == FULL
                    else self.detect_changes(table, paused=False, dynamic_options=dynamic))
@@ -384,63 +283,11 @@ class Pipelines:
             source_snapshot={} if changed else t.source_snapshot))
         return Result.ok(f"Resumed materialized table {table.identifier}{self.next_text(table.identifier)}.")
 
-    def _suspend_job(self, table: MaterializedTable) -> Result:
-        self.stop_job(table.identifier)    # waits for a batch in flight, which takes the table lock
-        with self.ws.lock(table.identifier):
-            job = table.job
-            savepoint = self.new_checkpoint(table, self.savepoint_root())
-            self.ws.storage.files.mkdirs(savepoint.rsplit("/", 1)[0])
-            self.ws.storage.files.rename(job.checkpoint_location, savepoint)
-            handler = replace(job, restore_path=savepoint, checkpoint_location=savepoint)
-            self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_status=SUSPENDED,
-                                                                      refresh_handler=handler))
-        return Result.ok(f"Suspended materialized table {table.identifier}; savepoint {savepoint}.")
-
-    def _resume_job(self, table: MaterializedTable, dynamic_options: dict) -> Result:
-        restore = table.job.restore_path if table.job and table.refresh_status == SUSPENDED else None
-        handler = self.start_job(table, fresh=restore is None, dynamic_options=dynamic_options,
-                                 checkpoint=restore)
-        self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_status=ACTIVATED,
-                                                                  refresh_handler=handler))
-        started = "from its savepoint" if restore else "from scratch"
-        return Result.ok(f"Resumed materialized table {table.identifier}: continuous refresh job "
-                         f"{handler.streaming_query_id} started {started}.")
-
     def job_running(self, identifier: str) -> bool:
         """A CONTINUOUS table's pipeline runs: its streaming job, or its unpaused change detector."""
-        return self.jobs.is_running(identifier) or self.scheduler.next_fire_time(identifier) is not None
+        return self.streams.running(identifier) or self.scheduler.next_fire_time(identifier) is not None
 
     # ========================================================= restarts
-    def _job_failed(self, identifier: str, message: str) -> None:
-        """Called from Spark's listener thread: record, then restart with backoff up to the limit."""
-        log.warning("Continuous refresh job of %s failed: %s", identifier, message)
-        table = self.ws.store.update(identifier, lambda t: _with_job(t, failure=message, failed_at=now_iso()))
-        if table is None or table.job is None:
-            return
-        restarts = table.job.restarts
-        if restarts >= int(self.ws.options.get(cfg.MAX_RESTARTS) or 0):
-            log.warning("Continuous refresh job of %s failed; no restarts left: %s", identifier, message)
-            return
-        self.scheduler.run_once(f"restart:{identifier}", 2 ** restarts,
-                                lambda: self._restart_job(identifier, restarts + 1))
-
-    def _restart_job(self, identifier: str, restarts: int) -> None:
-        try:
-            table = self.ws.store.get(identifier)
-            if table is None or table.refresh_status != ACTIVATED or not table.streams \
-                    or self.jobs.is_running(identifier):
-                return
-            handler = self.start(table, fresh=False)
-            self.ws.store.update(identifier, lambda t: t.evolve(refresh_handler=replace(
-                handler, restarts=restarts, failure=t.job.failure if t.job else None,
-                failed_at=t.job.failed_at if t.job else None)))
-        except Exception as error:   # noqa: BLE001 - recorded; the scheduler thread must go on
-            try:
-                self.ws.store.update(identifier, lambda t: _with_job(t, restarts=restarts))
-                self._job_failed(identifier, spark_message(error))
-            except MaterializedTableError:
-                log.warning("Restarting the continuous refresh job of %s failed: %s", identifier, error)
-
     # ========================================================== restore
     def restore(self) -> list[str]:
         """A new owner of the store: every table back into Spark, unfinished CREATEs rolled back,
@@ -468,7 +315,7 @@ class Pipelines:
     def stop_all(self) -> None:
         """This process no longer owns the store: schedules go, streams stop at a checkpoint."""
         self.scheduler.clear()
-        self.jobs.stop_all(listening=True)
+        self.streams.jobs.stop_all(listening=True)
 
     def catch_up(self) -> None:
         """Taking over from a dead owner: each ACTIVATED FULL table's latest fire, unless it ran, runs
@@ -523,7 +370,7 @@ class Pipelines:
 
     def close(self) -> None:
         """Stop the streaming jobs gracefully, the scheduler and any running refresh; statuses stay."""
-        self.jobs.stop_all()
+        self.streams.jobs.stop_all()
         for identifier in list(self._running):
             cancel_jobs(self.ws.spark, f"mt_magic:{identifier}")
         self.scheduler.shutdown()
@@ -533,19 +380,6 @@ def _published(table: MaterializedTable) -> tuple:
     """What readers of the table see: its location and its partitions' locations."""
     storage = table.storage
     return storage.location, tuple((tuple(p.spec.items()), p.location) for p in storage.partitions)
-
-
-def _watch_id(identifier: str) -> str:
-    return f"watch:{identifier}"
-
-
-def _checkpoint(table: MaterializedTable) -> str | None:
-    return table.job.checkpoint_location if table.job else None
-
-
-def _with_job(table: MaterializedTable, **changes) -> MaterializedTable:
-    """The record with its streaming job's handler changed (a table without one stays as it is)."""
-    return table.evolve(refresh_handler=replace(table.job, **changes)) if table.job else table
 
 
 def check_partition_spec(table: MaterializedTable, spec: dict[str, str]) -> dict[str, str]:

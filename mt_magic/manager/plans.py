@@ -93,7 +93,7 @@ class Planner:
             _check_free(lookup.result(), statement.or_alter, catalog, database, name)
         strategy = ""
         if table.refresh_mode == CONTINUOUS:
-            table = self.pipelines.choose_strategy(table)
+            table = self.pipelines.streams.strategy(table)
             strategy = f", {table.refresh_strategy}"
         return _plan(f"would create materialized table {identifier}, refresh mode {table.refresh_mode}"
                      f"{strategy}, freshness {table.freshness}", lambda: self.lifecycle.provision(table))
@@ -171,7 +171,7 @@ class Planner:
         """The new columns (spec §4.5); a CONTINUOUS table's strategy for the new query goes in `changes`."""
         appended = _appended_columns(table, columns)
         if table.refresh_mode == CONTINUOUS:
-            chosen = self.pipelines.choose_strategy(table.evolve(
+            chosen = self.pipelines.streams.strategy(table.evolve(
                 definition_query=analyzed.definition_query, original_query=query, source_tables=analyzed.sources))
             changes.update(refresh_strategy=chosen.refresh_strategy, strategy_reason=chosen.strategy_reason)
         return appended

@@ -116,10 +116,7 @@ class Snapshots:
         lineage = self.lineage(table)
         snapshot: Snapshot = {}
         for source in table.source_tables:
-            try:
-                listing = self.listing(source)
-            except MaterializedTableError:      # e.g. dropped: the refresh itself says what is wrong
-                listing = None
+            listing = self.listing(source)
             if listing is None:
                 snapshot[source] = {"digest": None}
                 continue
@@ -131,8 +128,12 @@ class Snapshots:
         return snapshot
 
     def listing(self, source: str) -> Listing | None:
-        """The source's data files, or None when its state cannot be told from files."""
-        locations = self._locations(source)
+        """The source's data files, or None when its state cannot be told from files (or the source
+        is gone: the refresh that reads it says what is wrong)."""
+        try:
+            locations = self._locations(source)
+        except MaterializedTableError:
+            return None
         if locations is None:
             return None
         listing: Listing = {}
