@@ -20,10 +20,14 @@ VERSION_RETENTION = "materialized-table.storage.version-retention"
 SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"
 CHECKPOINT_INTERVAL = "execution.checkpointing.interval"
 CHECKPOINT_DIR = "execution.checkpointing.dir"
-MAX_RESTARTS = "materialized-table.continuous.max-restarts"
 STATIC_SOURCES = "materialized-table.continuous.static-sources"
 CONTINUOUS_SHUFFLE_PARTITIONS = "materialized-table.continuous.shuffle-partitions"
 CLIENT_TIMEOUT = "materialized-table.client.timeout"
+HISTORY_RETENTION = "materialized-table.history.retention"
+REFRESH_RETRIES = "materialized-table.refresh.retries"
+MAX_CONSECUTIVE_FAILURES = "materialized-table.refresh.max-consecutive-failures"
+MISSED_RUNS = "materialized-table.missed-runs"
+MISSED_RUNS_POLICIES = ("latest", "all", "skip")
 
 DEFAULTS: dict[str, str] = {
     FRESHNESS_THRESHOLD: "30 min",
@@ -31,9 +35,14 @@ DEFAULTS: dict[str, str] = {
     DEFAULT_FRESHNESS_FULL: "1 h",
     FULL_INITIALIZE: "on-create",
     VERSION_RETENTION: "10 min",
-    MAX_RESTARTS: "3",
     CLIENT_TIMEOUT: "30 s",
+    HISTORY_RETENTION: "10000",
+    REFRESH_RETRIES: "2",
+    MAX_CONSECUTIVE_FAILURES: "5",
+    MISSED_RUNS: "latest",
 }
+# Options whose value is a count.
+_COUNTS = (HISTORY_RETENTION, REFRESH_RETRIES, MAX_CONSECUTIVE_FAILURES)
 
 CATALOG_STORE_ENV = "MT_MAGIC_CATALOG_STORE"
 DEFAULT_CATALOG_STORE = os.path.join(".mt_magic", "catalog.json")
@@ -100,10 +109,15 @@ class Options:
 
     @staticmethod
     def check(key: str, value: str) -> None:
-        """A value SET may give the key: durations must parse."""
+        """A value SET may give the key: durations must parse, counts be whole numbers, policies known."""
         if key in (FRESHNESS_THRESHOLD, DEFAULT_FRESHNESS_CONTINUOUS, DEFAULT_FRESHNESS_FULL,
                    VERSION_RETENTION, CLIENT_TIMEOUT):
             parse_duration(value, key)
+        if key in _COUNTS and not str(value).strip().isdigit():
+            raise ValidationError(f"Option '{key}' = '{value}' is not a count; use a whole number such as '3'.")
+        if key == MISSED_RUNS and value not in MISSED_RUNS_POLICIES:
+            raise ValidationError(f"Option '{key}' = '{value}' is not a policy; use one of "
+                                  f"{', '.join(MISSED_RUNS_POLICIES)}.")
 
     def set(self, key: str, value: str) -> None:
         self.check(key, value)

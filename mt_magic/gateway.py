@@ -25,9 +25,11 @@ from mt_magic.manager.plans import Planner
 from mt_magic.manager.workspace import Workspace
 from mt_magic.results import Result
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
+from mt_magic.spark.history_function import register_history_function
 from mt_magic.spark.session import active_session, quiet_background_output, session_info
 from mt_magic.sql import statements as st
 from mt_magic.sql.parser import parse
+from mt_magic.sql.statements import quote_identifier, sql_string
 
 # Statements that change what runs for a table: a client sends them to the store's owner.
 _OWNER_STATEMENTS = (st.CreateMaterializedTable, st.AlterSuspend, st.AlterResume, st.AlterQuery,
@@ -51,6 +53,7 @@ class Gateway:
                 "No SparkSession: pass one, e.g. Gateway(SparkSession.builder.getOrCreate()).")
         self._ws = Workspace(spark, catalog_store, config)
         self.pipelines = Pipelines(self._ws, refresh=lambda name, at: self.refresh(name, schedule_time=at))
+        register_history_function(spark, self._ws.store.path)     # SELECT * FROM mt_refresh_history(…)
         self._planner = Planner(self._ws, self.pipelines, Lifecycle(self._ws, self.pipelines))
         self.restore_warnings: list[str] = []
         self._owning = threading.RLock()      # held while this gateway acts as the owner
@@ -98,13 +101,12 @@ class Gateway:
             return Result.ok(f"Valid: {plan.summary()}.") if dry_run else plan.apply()
 
     # ============================================================ ownership
-    def _own(self, takeover: bool) -> None:
+    def _own(self) -> None:
         with self._owning:
             self.pipelines.owner = True
             quiet_background_output(self.spark)     # background jobs never print into cells
             self.restore_warnings = self.pipelines.restore()
-            if takeover:
-                self.pipelines.catch_up()
+            self.pipelines.catch_up()          # fires missed while nobody owned the store
 
     def _disown(self) -> None:
         with self._owning:
@@ -160,6 +162,13 @@ class Gateway:
         """A manual refresh; with schedule_time, exactly what the scheduler does when it fires then."""
         table = self._ws.load(self._ws.name(name))
         return self._guarded(lambda: self.pipelines.refresh(table, dict(partition or {}), schedule_time))
+
+    def backfill(self, name: str, start: str, end: str) -> Result:
+        """The scheduled refreshes of every schedule time in [start, end), oldest first (as
+        `ALTER MATERIALIZED TABLE name BACKFILL FROM start TO end`)."""
+        quoted = ".".join(quote_identifier(p) for p in self._ws.name(name).parts)
+        return self.execute(f"ALTER MATERIALIZED TABLE {quoted} BACKFILL FROM {sql_string(start)} "
+                            f"TO {sql_string(end)}")[0]
 
     def history(self, name: str | None = None, limit: int | None = None) -> list[dict]:
         """Refreshes newest first (of one table, or of all): table, trigger, schedule_time, started,

@@ -100,16 +100,19 @@ def test_alter_as_appends_a_column_and_starts_fresh(spark, streaming):
     follows(spark, "big", "SELECT user_id, amount, amount * 2 FROM orders WHERE amount > 2")
 
 
-def test_failing_job_is_recorded_and_restarted_up_to_the_limit(spark, gw, orders):
-    gw.execute("SET 'materialized-table.continuous.max-restarts' = '1'")
+def test_a_failing_job_is_restarted_then_suspended_with_the_reason(spark, gw, orders):
+    gw.execute("SET 'materialized-table.refresh.max-consecutive-failures' = '2'")
     gw.execute("CREATE MATERIALIZED TABLE checked FRESHNESS = INTERVAL '1' SECOND AS "
                "SELECT user_id, assert_true(amount < 100, 'amount too large') AS ok FROM orders")
     spark.sql("INSERT INTO orders VALUES (9, 1000.0)")
-    handler = wait_for(lambda: (lambda h: h if h.get("restarts") == 1 and "failure" in h
-                                and not gw.pipelines.streams.running(gw.describe("checked")["identifier"])
-                                else None)(gw.describe("checked")["refresh_handler"]), timeout=90)
-    assert "amount too large" in handler["failure"]
-    assert gw.describe("checked")["refresh_status"] == "ACTIVATED"
+    described = wait_for(lambda: (lambda d: d if d["refresh_status"] == "SUSPENDED" else None)(
+        gw.describe("checked")), timeout=90)
+    handler = described["refresh_handler"]
+    assert handler["restarts"] == 1 and "amount too large" in handler["failure"]      # restarted once
+    assert described["consecutive_failures"] == 2 and "amount too large" in described["suspend_reason"]
+    assert not gw.pipelines.streams.running(described["identifier"])   # never ACTIVATED without a job
+    gw.execute("ALTER MATERIALIZED TABLE checked RESUME")                # from the checkpoint
+    assert (gw.describe("checked")["consecutive_failures"], gw.describe("checked")["suspend_reason"]) == (0, None)
 
 
 def test_drop_removes_job_data_and_checkpoint(spark, streaming):

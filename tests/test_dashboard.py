@@ -58,7 +58,7 @@ def test_buttons_run_the_statements_and_follow_the_status(gw, sales, board):
     assert gw.describe("t")["refresh_status"] == "ACTIVATED" and "ACTIVATED" in cells(dashboard, "t")
     buttons(dashboard, "t")["REFRESH"].click()
     assert "Refreshed" in dashboard.message.value
-    assert len(gw.store.get(gw.describe("t")["identifier"]).refresh_history) == 2
+    assert [e["trigger"] for e in gw.history("t")] == ["manual", "initial"]
 
 
 def test_a_failed_refresh_shows_its_error(gw, sales, board, spark):
@@ -111,6 +111,12 @@ def test_detail_shows_history_and_lineage(gw, sales, board):
     downstream = board(totals_id).detail.value
     assert f"{t_id} &rarr; <b>{totals_id}</b> &rarr; none" in downstream
     assert "Recent refreshes" in downstream and "whole table" in downstream
+    assert downstream.count("class='mt-bar'") == len(gw.history("totals")) == 1     # the chart
+    graph = board().graph.value                            # every table, and what reads what
+    assert graph.startswith("<svg") and f"{t_id} -&gt; {totals_id}" in graph
+    assert graph.count("class='mt-node mt-fresh'") == 2 and "class='mt-node mt-source'" in graph
+    gw.execute("ALTER MATERIALIZED TABLE t SUSPEND")
+    assert "class='mt-node mt-suspended'" in board().graph.value
 
 
 def test_a_streaming_table_shows_its_query_and_batches(gw, sales, board, tmp_path):
@@ -119,7 +125,7 @@ def test_a_streaming_table_shows_its_query_and_batches(gw, sales, board, tmp_pat
                "SELECT product_id, SUM(amount) AS total FROM sales GROUP BY product_id")
     query_id = gw.describe("s")["refresh_handler"]["streaming_query_id"]
     dashboard = board()
-    wait_for(lambda: (dashboard.update(), "batch 0" in cells(dashboard, "s"))[1], timeout=60)
+    wait_for(lambda: (dashboard.update(), "(batch)" in cells(dashboard, "s"))[1], timeout=60)
     assert f"streaming query {query_id}" in cells(dashboard, "s") and "CONTINUOUS" in cells(dashboard, "s")
     gw.execute("DROP MATERIALIZED TABLE s")
     dashboard.update()                       # another thread: the row stays, marked

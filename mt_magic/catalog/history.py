@@ -1,18 +1,30 @@
-"""Every refresh of every table, in a JSON-lines file beside the store.
+"""Every refresh, skip, failure and streaming batch of every table: one JSON-lines file per table in a
+`history` folder beside the store.
 
-An append per refresh: the store's records do not grow and are not rewritten for it, and the
-history survives restarts. A line a crash cut short is skipped when read.
+An append per entry: the store's records do not grow and are not rewritten for it, a table's
+history is read without reading the others', and it survives restarts. A table keeps its newest
+`retention` entries (older ones are cut when the file has grown a tenth past that). A line a crash
+cut short is skipped when read. File names are digests of the identifiers, never the names.
 """
 
 from __future__ import annotations
 
+import hashlib
+import heapq
 import json
+import os
+import threading
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
+from filelock import FileLock
+
 from mt_magic.catalog.jsonfile import beside_store
 
-HISTORY_FILE = "history.jsonl"
+HISTORY_DIR = "history"
+LEGACY_FILE = "history.jsonl"           # one file for all tables, as written before
+DEFAULT_RETENTION = 10_000
+_CHECK_EVERY = 100                      # appends between two looks at a file's length
 
 
 class Trigger(StrEnum):
@@ -21,6 +33,8 @@ class Trigger(StrEnum):
     INITIAL = "initial"
     CATCH_UP = "catch-up"
     CHANGE = "change"               # a CONTINUOUS table's sources changed: recomputed
+    BATCH = "batch"                 # a streaming job's micro-batch
+    BACKFILL = "backfill"
 
 
 @dataclass(frozen=True)
@@ -44,32 +58,116 @@ class RefreshEntry:
     runner: Runner
     partitions: dict[str, str] = field(default_factory=dict)
     error: str | None = None
+    lag_s: float | None = None      # the data's age when the entry ended (None: never refreshed)
+    freshness_s: float | None = None
 
 
 class RefreshHistory:
-    def __init__(self, store_path: str) -> None:
-        self.path, self._lock = beside_store(store_path, HISTORY_FILE)
+    def __init__(self, store_path: str, retention: int = DEFAULT_RETENTION) -> None:
+        self.folder, self._lock = beside_store(store_path, HISTORY_DIR)
+        self.retention = retention
+        self._appends: dict[str, int] = {}
+        self._guard = threading.Lock()
+        os.makedirs(self.folder, exist_ok=True)
+        self._split_legacy(os.path.join(os.path.dirname(self.folder), LEGACY_FILE))
+
+    def path(self, table: str) -> str:
+        return os.path.join(self.folder, hashlib.sha1(table.encode()).hexdigest()[:24] + ".jsonl")
 
     def record(self, entry: RefreshEntry) -> None:
         line = json.dumps(asdict(entry), sort_keys=True) + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as handle:
+        path = self.path(entry.table)
+        with self._file_lock(path), open(path, "a", encoding="utf-8") as handle:
             handle.write(line)
+        with self._guard:
+            count = self._appends.get(path, 0) + 1
+            self._appends[path] = count % _CHECK_EVERY
+        if count >= _CHECK_EVERY:
+            self._trim(path)
 
     def entries(self, table: str | None = None, limit: int | None = None) -> list[dict]:
         """Newest first; of one table (its identifier) or of all."""
-        try:
-            with open(self.path, encoding="utf-8") as handle:
-                lines = handle.readlines()
-        except FileNotFoundError:
-            return []
-        found: list[dict] = []
-        for line in reversed(lines):
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if table is None or entry.get("table") == table:
-                found.append(entry)
-                if limit is not None and len(found) >= limit:
-                    break
+        if table is not None:
+            return _tail(self.path(table), limit)[::-1]
+        files = [os.path.join(self.folder, n) for n in os.listdir(self.folder) if n.endswith(".jsonl")]
+        merged = heapq.merge(*(_tail(f, limit)[::-1] for f in files), key=lambda e: e.get("finished", ""),
+                             reverse=True)
+        found = []
+        for entry in merged:
+            found.append(entry)
+            if limit is not None and len(found) >= limit:
+                break
         return found
+
+    def _file_lock(self, path: str) -> FileLock:
+        return FileLock(os.path.join(os.path.dirname(self.folder), ".locks",
+                                     "history-" + os.path.basename(path) + ".lock"))
+
+    def _trim(self, path: str) -> None:
+        """Keep the newest `retention` entries once a tenth more have been written."""
+        with self._file_lock(path):
+            with open(path, encoding="utf-8") as handle:
+                lines = handle.readlines()
+            if len(lines) <= self.retention * 1.1:
+                return
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.writelines(lines[-self.retention:])
+            os.replace(tmp, path)
+
+    def _split_legacy(self, legacy: str) -> None:
+        """Entries of the one-file history, moved into each table's file once."""
+        if not os.path.exists(legacy):
+            return
+        with self._lock:
+            if not os.path.exists(legacy):
+                return
+            with open(legacy, encoding="utf-8") as handle:
+                lines = handle.readlines()
+            by_table: dict[str, list[str]] = {}
+            for line in lines:
+                entry = _parse(line)
+                if entry is not None:
+                    by_table.setdefault(entry.get("table", ""), []).append(line)
+            for table, table_lines in by_table.items():
+                with open(self.path(table), "a", encoding="utf-8") as handle:
+                    handle.writelines(table_lines)
+            os.unlink(legacy)
+
+
+def _parse(line: str) -> dict | None:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def _tail(path: str, limit: int | None) -> list[dict]:
+    """The file's last `limit` entries (all without a limit), oldest first; with a limit only the
+    file's end is read."""
+    try:
+        with open(path, "rb") as handle:
+            if limit is None:
+                data, partial = handle.read(), False
+            else:
+                handle.seek(0, os.SEEK_END)
+                position, block, data = handle.tell(), 65536, b""
+                while position > 0 and data.count(b"\n") <= limit:
+                    step = min(block, position)
+                    position -= step
+                    handle.seek(position)
+                    data = handle.read(step) + data
+                    block *= 2
+                partial = position > 0           # the first line read may be cut
+    except FileNotFoundError:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()[1 if partial else 0:]
+    found: list[dict] = []
+    for line in reversed(lines):
+        entry = _parse(line)
+        if entry is not None:
+            found.append(entry)
+            if limit is not None and len(found) >= limit:
+                break
+    return found[::-1]

@@ -12,7 +12,6 @@ from mt_magic.catalog.handlers import JobHandler, RefreshHandler, handler_docume
 from mt_magic.sql.freshness import RefreshMode
 
 SCHEMA_VERSION = 1
-HISTORY_LENGTH = 10                 # refreshes kept per table for the dashboard
 
 
 class RefreshStatus(StrEnum):
@@ -116,7 +115,8 @@ class MaterializedTable:
     # "partitions": {value: digest}} (a None digest: the source's state cannot be determined).
     source_snapshot: dict[str, Any] = field(default_factory=dict)
     last_refresh: RefreshOutcome | None = None
-    refresh_history: tuple[RefreshOutcome, ...] = ()
+    consecutive_failures: int = 0        # failed runs (after retries) since the last success
+    suspend_reason: str | None = None    # why the pipeline suspended the table itself
     created_at: str = field(default_factory=now_iso)
     updated_at: str = field(default_factory=now_iso)
     schema_version: int = SCHEMA_VERSION
@@ -155,8 +155,7 @@ class MaterializedTable:
                 if k.startswith(prefix) and k.endswith(suffix)}
 
     def with_refresh(self, outcome: RefreshOutcome, **changes: Any) -> MaterializedTable:
-        history = (self.refresh_history + (outcome,))[-HISTORY_LENGTH:]
-        return self.evolve(last_refresh=outcome, refresh_history=history, **changes)
+        return self.evolve(last_refresh=outcome, **changes)
 
     def evolve(self, **changes: Any) -> MaterializedTable:
         return replace(self, updated_at=now_iso(), **changes)
@@ -173,7 +172,7 @@ class MaterializedTable:
         doc["storage"] = Storage(**storage)
         if doc.get("last_refresh"):
             doc["last_refresh"] = RefreshOutcome.from_document(doc["last_refresh"])
-        doc["refresh_history"] = tuple(RefreshOutcome.from_document(r) for r in doc.get("refresh_history", ()))
+        doc.pop("refresh_history", None)         # kept in the record before the history had its files
         doc["refresh_status"] = RefreshStatus(doc["refresh_status"])
         doc["refresh_handler"] = handler_from_document(doc.get("refresh_handler"))
         if doc.get("refresh_strategy"):

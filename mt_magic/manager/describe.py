@@ -90,6 +90,8 @@ def describe_dict(table: MaterializedTable, next_refresh: datetime | None) -> di
         "logical_refresh_mode": table.logical_refresh_mode,
         "refresh_mode": table.refresh_mode,
         "refresh_status": table.refresh_status,
+        "consecutive_failures": table.consecutive_failures,
+        "suspend_reason": table.suspend_reason,
         "refresh_handler": handler_document(table.refresh_handler),
         "watermark": dict(table.watermark) if table.watermark else None,
         "source_tables": list(table.source_tables),
@@ -129,7 +131,10 @@ def describe_rows(table: MaterializedTable, extended: bool,
             ("Refresh Status", table.refresh_status),
             ("Refresh Handler", json.dumps(handler_document(table.refresh_handler), sort_keys=True)),
             ("Next Refresh", next_refresh.isoformat() if next_refresh else ""),
-            ("Change Detection", change_detection(table))]
+            ("Change Detection", change_detection(table)),
+            ("Consecutive Failures", table.consecutive_failures)]
+    if table.suspend_reason:
+        info.append(("Suspend Reason", table.suspend_reason))
     strategy = strategy_text(table)
     if strategy:
         info.append(("Refresh Strategy", strategy))

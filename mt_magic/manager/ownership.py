@@ -37,7 +37,7 @@ class OwnershipError(MaterializedTableError):
 
 
 class Ownership:
-    def __init__(self, store_path: str, me: Holder, *, become_owner: Callable[[bool], None],
+    def __init__(self, store_path: str, me: Holder, *, become_owner: Callable[[], None],
                  become_client: Callable[[], None], serve: Callable[[dict], dict],
                  on_store_change: Callable[[], None]) -> None:
         self.me = me
@@ -59,7 +59,6 @@ class Ownership:
     def start(self) -> None:
         """Take the lease if nobody live holds it (a service asks a kernel owner to hand it over, and
         refuses to run beside another service); then watch in the background."""
-        previous = self.lease.holder()
         holder = self.lease.acquire(self.me)
         if holder is not None and self.me.kind is OwnerKind.SERVICE:
             holder = self._handover(holder)
@@ -71,13 +70,11 @@ class Ownership:
         for thread in self._threads:
             thread.start()
         if self._holding:
-            # a lease left behind (neither released nor handed over) means its holder died: its
-            # missed fires run once
-            self._take(previous is not None and previous.released_at is None and not previous.alive())
+            self._take()
 
-    def _take(self, takeover: bool) -> None:
+    def _take(self) -> None:
         self.mailbox.clear_taken()
-        self._become_owner(takeover)
+        self._become_owner()
         self.role = Role.OWNER
 
     def _handover(self, holder: Holder) -> Holder | None:
@@ -152,7 +149,7 @@ class Ownership:
         if self.lease.owner() is None and self.lease.acquire(self.me) is None:
             log.info("The catalog store had no live owner; this process takes it over")
             self._holding = True
-            self._take(True)
+            self._take()
             return
         stamp = self._stamp()
         if stamp != self._store_stamp:

@@ -16,8 +16,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from mt_magic import config as cfg
 from mt_magic.catalog.handlers import RecomputeHandler, RefreshHandler, ScheduleHandler
 from mt_magic.catalog.history import RefreshEntry, RefreshHistory, Runner, Trigger
 from mt_magic.catalog.model import (ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable, Outcome,
@@ -40,6 +41,10 @@ from mt_magic.sql.freshness import CONTINUOUS, FULL, IntervalFreshness, ModeDeci
 from mt_magic.sql.statements import quote_identifier
 
 log = logging.getLogger(__name__)
+RECENT = 20                  # history entries the dashboard shows per table
+RETRY_BACKOFF_S = 1.0        # before a pipeline's refresh is tried again: 1 s, 2 s, 4 s …
+MAX_CATCH_UPS = 1000         # missed fires run after one downtime, at most
+UPSTREAM_WAIT_S = 300.0      # how long a refresh waits for the tables it reads to finish theirs
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class PipelineState:
     refreshing: bool
     progress: Progress | None
     matched_at: float | None = None     # epoch seconds a skip last found the sources unchanged
+    recent: tuple[dict, ...] = ()       # the newest history entries, newest first
 
 
 class Pipelines:
@@ -61,19 +67,20 @@ class Pipelines:
         self.scheduler = RefreshScheduler(refresh)
         self.snapshots = Snapshots(ws.spark, ws.storage.files, ws.store, ws.analyzer)
         self._matched: dict[str, float] = {}
-        self.history = RefreshHistory(ws.store.path)
+        self.history = RefreshHistory(ws.store.path, int(ws.options.get(cfg.HISTORY_RETENTION)))
         self.owner = False        # this process runs the store's pipelines (set by the gateway)
         self._followed: dict[str, tuple | None] = {}
         self._following = threading.Lock()
         self.streams = Streams(ws, self.scheduler, self.snapshots,
-                               recompute=lambda table: self.run(table, {}, Trigger.CHANGE)[0])
+                               recompute=lambda table: self.run(table, {}, Trigger.CHANGE)[0],
+                               on_batch=self.record_batch)
 
     # ============================================================ state
     def state(self, table: MaterializedTable) -> PipelineState:
         identifier = table.identifier
         return PipelineState(table, self.next_refresh(table), identifier in self._running,
                              self.streams.jobs.progress(identifier) if table.streams else None,
-                             self._matched.get(identifier))
+                             self._matched.get(identifier), tuple(self.history.entries(identifier, RECENT)))
 
     def refreshing(self, identifier: str) -> bool:
         return identifier in self._running
@@ -178,7 +185,7 @@ class Pipelines:
         schedule_time (FULL: its partition where a formatter says so; CONTINUOUS: a change check),
         which is skipped when no source changed since the table last matched them."""
         if schedule_time is not None:
-            if table.refresh_status != ACTIVATED:
+            if table.refresh_status != ACTIVATED and trigger is not Trigger.BACKFILL:
                 raise StateError(f"Materialized table {table.identifier} is {table.refresh_status}: a "
                                  f"periodic refresh for {schedule_time} does not run.")
             if table.refresh_mode == CONTINUOUS:
@@ -186,9 +193,9 @@ class Pipelines:
             else:
                 spec = periodic_partition(schedule_time, IntervalFreshness.parse(table.freshness),
                                           table.formatter_options(), self.ws.zone(), table.identifier)
+                self._after_upstream(table, schedule_time)
         trigger = trigger or (Trigger.SCHEDULED if schedule_time is not None else Trigger.MANUAL)
-        table, last = self.run(table, check_partition_spec(table, spec), trigger, schedule_time,
-                               only_changed=schedule_time is not None)
+        table, last = self._attempts(table, check_partition_spec(table, spec), trigger, schedule_time)
         info = session_info(self.ws.spark)
         target = ", ".join(f"{k}={v}" for k, v in last.partition.items()) or "whole table"
         done = (f"Skipped {table.identifier}: no source changed since its last refresh." if
@@ -197,6 +204,56 @@ class Pipelines:
         return Result.table(["job id", "cluster info", "rows", "partition"],
                             [(job_group(table), {"spark.master": info.master, "spark.app.id": info.application_id},
                               last.rows, target)], message=done)
+
+    def _after_upstream(self, table: MaterializedTable, schedule_time: str) -> None:
+        """Dependency order: when the materialized tables this one reads fire at the same schedule
+        time (or refresh now), their refreshes finish before this one starts (bounded by the
+        freshness, at most UPSTREAM_WAIT_S)."""
+        zone = self.ws.zone()
+        moment = datetime.strptime(schedule_time, SCHEDULE_TIME_FORMAT).replace(tzinfo=zone)
+        upstream = [u for u in map(self.ws.store.get, table.source_tables) if u is not None]
+        if not upstream:
+            return
+
+        def waiting() -> list[str]:
+            return [u.identifier for u in upstream if u.identifier in self._running or (
+                u.refresh_mode == FULL and u.refresh_status == ACTIVATED and self.scheduler.has(u.identifier)
+                and next_fire(IntervalFreshness.parse(u.freshness), zone, moment - timedelta(seconds=1)) == moment
+                and not any(e.get("schedule_time") == schedule_time for e in self.history.entries(u.identifier, 20)))]
+        deadline = time.monotonic() + min(_freshness_s(table), UPSTREAM_WAIT_S)
+        while waiting() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def _attempts(self, table: MaterializedTable, spec: dict[str, str], trigger: Trigger,
+                  schedule_time: str | None) -> tuple[MaterializedTable, RefreshOutcome]:
+        """A manual refresh runs once. A pipeline's run (scheduled, catch-up, change, backfill) is
+        retried with backoff; when all attempts failed it counts as one failed run, and at
+        `max-consecutive-failures` failed runs in a row the table is suspended with the reason."""
+        if trigger is Trigger.MANUAL:
+            return self.run(table, spec, trigger, schedule_time)
+        retries = int(self.ws.options.get(cfg.REFRESH_RETRIES))
+        for attempt in range(retries + 1):
+            try:
+                return self.run(table, spec, trigger, schedule_time, only_changed=trigger is not Trigger.BACKFILL)
+            except (MaterializedTableError, *SPARK_ERRORS) as error:
+                if isinstance(error, TableNotFoundError) or attempt == retries:
+                    self._failed_run(table.identifier, str(error) if isinstance(error, MaterializedTableError)
+                                     else spark_message(error))
+                    raise
+                time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
+        raise AssertionError("unreachable")
+
+    def _failed_run(self, identifier: str, message: str) -> None:
+        table = self.ws.store.update(identifier, lambda t: t.evolve(consecutive_failures=t.consecutive_failures + 1))
+        if table is None or table.refresh_status != ACTIVATED:
+            return
+        failures = table.consecutive_failures
+        if failures >= int(self.ws.options.get(cfg.MAX_CONSECUTIVE_FAILURES)):
+            reason = f"{failures} consecutive failed refreshes; the last: {message}"
+            log.warning("Suspended %s: %s", identifier, reason)
+            if self.scheduler.has(identifier):
+                self.scheduler.pause(identifier)
+            self.ws.store.update(identifier, lambda t: t.evolve(refresh_status=SUSPENDED, suspend_reason=reason))
 
     def run(self, table: MaterializedTable, spec: dict[str, str], trigger: Trigger,
             schedule_time: str | None = None, only_changed: bool = False) -> tuple[MaterializedTable, RefreshOutcome]:
@@ -219,7 +276,7 @@ class Pipelines:
                                          schedule_time)
                 self._matched[identifier] = time.time()    # the data is as fresh as now
                 if trigger is not Trigger.CHANGE:     # a CONTINUOUS table's idle triggers are not news
-                    self._record(identifier, trigger, outcome)
+                    self._record(current, trigger, outcome)
                 return current, outcome
             if comparison.change is not Change.NONE:
                 self.snapshots.forget(current)
@@ -233,7 +290,7 @@ class Pipelines:
                 outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.FAILED, None,
                                          target.describe(), schedule_time, message)
                 self.ws.store.update(identifier, lambda t: t.with_refresh(outcome))
-                self._record(identifier, trigger, outcome)
+                self._record(current, trigger, outcome)
                 if isinstance(error, MaterializedTableError):
                     raise ExecutionError(f"Refreshing the materialized table {identifier} failed: "
                                          f"{message}") from None
@@ -245,22 +302,49 @@ class Pipelines:
             # The table matches the sources after a refresh of all it could have changed in.
             matched = snapshot if target.whole or target.key or comparison.change is Change.NONE else {}
             updated = self.ws.store.update(identifier, lambda t: t.with_refresh(
-                outcome, storage=result.storage, source_snapshot=matched))
-            self._record(identifier, trigger, outcome)
+                outcome, storage=result.storage, source_snapshot=matched, consecutive_failures=0))
+            self._record(current, trigger, outcome)
             if self.owner:       # leftovers are the owner's to sweep, never a client's
                 self.ws.storage.sweep(updated, self.ws.retention_s())
             return updated, outcome
 
-    def _record(self, identifier: str, trigger: Trigger, outcome: RefreshOutcome) -> None:
-        info = session_info(self.ws.spark)
+    def _record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome) -> None:
+        identifier = table.identifier
+        finished = now_iso()
         self.history.record(RefreshEntry(
-            identifier, trigger, outcome.schedule_time, outcome.started_at, now_iso(), outcome.outcome,
-            outcome.rows, Runner(socket.gethostname(), os.getpid(), info.application_id), outcome.partition,
-            outcome.error))
+            identifier, trigger, outcome.schedule_time, outcome.started_at, finished, outcome.outcome,
+            outcome.rows, self._runner(), outcome.partition, outcome.error,
+            self._lag(identifier, outcome, finished), _freshness_s(table)))
         log.info("Refresh of %s (%s%s): %s, %s rows in %.2f s%s", identifier, trigger,
                  f" {outcome.schedule_time}" if outcome.schedule_time else "", outcome.outcome,
                  outcome.rows if outcome.rows is not None else "no", outcome.duration_s,
                  f": {outcome.error}" if outcome.error else "")
+
+    def _runner(self) -> Runner:
+        return Runner(socket.gethostname(), os.getpid(), session_info(self.ws.spark).application_id)
+
+    def _lag(self, identifier: str, outcome: RefreshOutcome, finished: str) -> float | None:
+        """The data's age at the end: what a refresh or skip read is as of its start; after a failure,
+        as of the start of the last one that succeeded (None when none did)."""
+        if outcome.outcome is not Outcome.FAILED:
+            return _seconds_between(outcome.started_at, finished)
+        last = next((e for e in self.history.entries(identifier, 200)
+                     if e["outcome"] in (Outcome.SUCCEEDED, Outcome.SKIPPED)), None)
+        return _seconds_between(last["started"], finished) if last else None
+
+    def record_batch(self, identifier: str, progress: dict) -> None:
+        """A streaming job's micro-batch that read rows, in the history like a refresh."""
+        table = self.ws.store.get(identifier)
+        if table is None:
+            return
+        if table.consecutive_failures:      # the job works again: the failures are no longer consecutive
+            self.ws.store.update(identifier, lambda t: t.evolve(consecutive_failures=0))
+        took = ((progress.get("durationMs") or {}).get("triggerExecution") or 0) / 1000
+        finished = now_iso()
+        started = (datetime.fromisoformat(finished) - timedelta(seconds=took)).isoformat(timespec="milliseconds")
+        self.history.record(RefreshEntry(identifier, Trigger.BATCH, None, started, finished, Outcome.SUCCEEDED,
+                                         progress.get("numInputRows"), self._runner(), {}, None, took,
+                                         _freshness_s(table)))
 
     # =================================================== suspend/resume
     def suspend(self, table: MaterializedTable) -> Result:
@@ -279,7 +363,7 @@ class Pipelines:
                    else self.detect_changes(table, paused=False, dynamic_options=dynamic))
         changed = dynamic != table.dynamic_options       # the data is written differently from now on
         self.ws.store.update(table.identifier, lambda t: t.evolve(
-            refresh_status=ACTIVATED, refresh_handler=handler,
+            refresh_status=ACTIVATED, refresh_handler=handler, consecutive_failures=0, suspend_reason=None,
             source_snapshot={} if changed else t.source_snapshot))
         return Result.ok(f"Resumed materialized table {table.identifier}{self.next_text(table.identifier)}.")
 
@@ -318,28 +402,48 @@ class Pipelines:
         self.streams.jobs.stop_all(listening=True)
 
     def catch_up(self) -> None:
-        """Taking over from a dead owner: each ACTIVATED FULL table's latest fire, unless it ran, runs
-        once now with its own schedule time."""
+        """After downtime (a new owner, a takeover), the fires of ACTIVATED FULL tables that nobody ran,
+        by `materialized-table.missed-runs`: `latest` (one run, for the most recent), `all` (one per
+        fire, oldest first) or `skip`. Each runs with its own schedule time, so a date-formatted
+        table refills the partition of that fire."""
+        policy = self.ws.options.get(cfg.MISSED_RUNS)
+        if policy == "skip":
+            return
         now = datetime.now(self.ws.zone())
         for table in self.ws.store.list():
             if table.refresh_mode != FULL or table.refresh_status != ACTIVATED:
                 continue
-            fire = IntervalFreshness.parse(table.freshness).floor(now)
-            if fire <= datetime.fromisoformat(table.created_at):
-                continue
-            stamp = fire.strftime(SCHEDULE_TIME_FORMAT)
-            if any(e["schedule_time"] == stamp for e in self.history.entries(table.identifier, limit=20)):
-                continue
-            self.scheduler.run_once(f"catch-up:{table.identifier}", 0,
-                                    lambda t=table, s=stamp: self._catch_up(t.identifier, s))
+            missed = self.missed_fires(table, now)
+            if policy == "latest":
+                missed = missed[-1:]
+            if missed:
+                self.scheduler.run_once(f"catch-up:{table.identifier}", 0,
+                                        lambda t=table.identifier, m=tuple(missed): self._catch_up(t, m))
 
-    def _catch_up(self, identifier: str, schedule_time: str) -> None:
-        try:
-            table = self.ws.store.get(identifier)
-            if table is not None:
+    def missed_fires(self, table: MaterializedTable, now: datetime) -> list[str]:
+        """The table's fire times after the last one that ran (or its creation), up to `now`."""
+        zone = self.ws.zone()
+        ran = [datetime.strptime(e["schedule_time"], SCHEDULE_TIME_FORMAT).replace(tzinfo=zone)
+               for e in self.history.entries(table.identifier, 500)
+               if e.get("schedule_time") and e["trigger"] in (Trigger.SCHEDULED, Trigger.CATCH_UP)]
+        after = max(ran) if ran else datetime.fromisoformat(table.created_at).astimezone(zone)
+        freshness = IntervalFreshness.parse(table.freshness)
+        fires: list[str] = []
+        moment = next_fire(freshness, zone, after + timedelta(seconds=1))
+        while moment is not None and moment <= now and len(fires) < MAX_CATCH_UPS:
+            fires.append(moment.strftime(SCHEDULE_TIME_FORMAT))
+            moment = next_fire(freshness, zone, moment + timedelta(seconds=1))
+        return fires
+
+    def _catch_up(self, identifier: str, schedule_times: tuple[str, ...]) -> None:
+        for schedule_time in schedule_times:
+            try:
+                table = self.ws.store.get(identifier)
+                if table is None or table.refresh_status != ACTIVATED:
+                    return
                 self.refresh(table, {}, schedule_time, Trigger.CATCH_UP)
-        except (MaterializedTableError, *SPARK_ERRORS) as error:
-            log.warning("Catch-up refresh of %s for %s: %s", identifier, schedule_time, spark_message(error))
+            except (MaterializedTableError, *SPARK_ERRORS) as error:
+                log.warning("Catch-up refresh of %s for %s: %s", identifier, schedule_time, spark_message(error))
 
     def follow_store(self) -> None:
         """A client's session follows what other processes created, published and dropped."""
@@ -380,6 +484,14 @@ def _published(table: MaterializedTable) -> tuple:
     """What readers of the table see: its location and its partitions' locations."""
     storage = table.storage
     return storage.location, tuple((tuple(p.spec.items()), p.location) for p in storage.partitions)
+
+
+def _freshness_s(table: MaterializedTable) -> float:
+    return IntervalFreshness.parse(table.freshness).duration.total_seconds()
+
+
+def _seconds_between(start: str, end: str) -> float:
+    return round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 3)
 
 
 def check_partition_spec(table: MaterializedTable, spec: dict[str, str]) -> dict[str, str]:

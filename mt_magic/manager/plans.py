@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from mt_magic import config as cfg
 from mt_magic.catalog.model import ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable, Storage
 from mt_magic.errors import StateError, TableNotFoundError, ValidationError
+from mt_magic.manager.backfill import backfill, schedule_times
 from mt_magic.manager.describe import describe_rows, show_create
+from mt_magic.manager.explain import explain_create, explain_refresh
 from mt_magic.manager.lifecycle import Lifecycle
 from mt_magic.manager.pipelines import Pipelines, check_partition_spec
 from mt_magic.manager.schema import (check_formatters, check_partition_keys, column_from_field,
@@ -61,6 +63,8 @@ class Planner:
             st.AlterSuspend: self._suspend,
             st.AlterResume: self._resume,
             st.AlterRefresh: self._refresh,
+            st.AlterBackfill: self._backfill,
+            st.Explain: self._explain,
             st.AlterQuery: self._alter_query,
             st.AlterSetFreshness: self._set_freshness,
             st.AlterSetRefreshMode: self._set_refresh_mode,
@@ -256,6 +260,28 @@ class Planner:
                      lambda: self.pipelines.refresh(table, spec, None))
 
     # ============================================================= DROP
+    def _backfill(self, statement: st.AlterBackfill) -> Plan:
+        table = self.ws.load(statement.name)
+        self.ws.require_not_initializing(table, "backfill")
+        times = schedule_times(self.pipelines, table, statement.start, statement.end)
+        return _plan(f"would run {len(times)} scheduled refreshes of {table.identifier}, "
+                     f"{times[0] if times else '-'} to {times[-1] if times else '-'}",
+                     lambda: backfill(self.pipelines, table, statement.start, statement.end))
+
+    def _explain(self, statement: st.Explain) -> Plan:
+        inner = statement.statement
+        if isinstance(inner, st.AlterRefresh):
+            table = self.ws.load(inner.name)
+            spec = check_partition_spec(table, inner.partition)
+            return _plan(f"would explain a refresh of {table.identifier}",
+                         lambda: explain_refresh(self.pipelines, table, spec))
+        if isinstance(inner, st.CreateMaterializedTable):
+            summary = self._create(inner).summary()
+            definition = self.ws.analyzer.analyze(inner.query).definition_query
+            return _plan(f"would explain: {summary}", lambda: explain_create(summary, definition, self.ws.spark))
+        raise ValidationError("EXPLAIN explains ALTER MATERIALIZED TABLE … REFRESH [PARTITION (…)] and "
+                              "CREATE MATERIALIZED TABLE; run the statement with --dry-run to check others.")
+
     def _drop(self, statement: st.DropMaterializedTable) -> Plan:
         try:
             table = self.ws.load(statement.name)

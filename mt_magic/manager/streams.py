@@ -34,13 +34,14 @@ def trigger_seconds(ws: Workspace, table: MaterializedTable) -> float:
 
 class Streams:
     def __init__(self, ws: Workspace, scheduler: RefreshScheduler, snapshots: Snapshots,
-                 recompute: Callable[[MaterializedTable], MaterializedTable]) -> None:
+                 recompute: Callable[[MaterializedTable], MaterializedTable],
+                 on_batch: Callable[[str, dict], None]) -> None:
         self.ws = ws
         self.scheduler = scheduler
         self.snapshots = snapshots
         self._recompute = recompute          # a batch refresh of the whole table, recorded
         self._streamed: dict[str, dict[str, dict | None]] = {}   # table → streamed source → its files
-        self.jobs = ContinuousJobs(ws.spark, ws.storage, ws.store, ws.retention_s, self._failed)
+        self.jobs = ContinuousJobs(ws.spark, ws.storage, ws.store, ws.retention_s, self._failed, on_batch)
 
     def running(self, identifier: str) -> bool:
         return self.jobs.is_running(identifier)
@@ -155,24 +156,31 @@ class Streams:
         restore = table.job.restore_path if table.job and table.refresh_status == SUSPENDED else None
         handler = self.start(table, fresh=restore is None, dynamic_options=dynamic_options,
                                  checkpoint=restore)
-        self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_status=ACTIVATED,
-                                                                  refresh_handler=handler))
+        self.ws.store.update(table.identifier, lambda t: t.evolve(
+            refresh_status=ACTIVATED, refresh_handler=handler, consecutive_failures=0, suspend_reason=None))
         started = "from its savepoint" if restore else "from scratch"
         return Result.ok(f"Resumed materialized table {table.identifier}: continuous refresh job "
                          f"{handler.streaming_query_id} started {started}.")
 
     def _failed(self, identifier: str, message: str) -> None:
-        """Called from Spark's listener thread: record, then restart with backoff up to the limit."""
+        """Called from Spark's listener thread: count the failure, then restart from the checkpoint
+        with backoff, or, at `max-consecutive-failures` in a row, suspend the table with the reason
+        (never ACTIVATED without a job; RESUME continues from the checkpoint)."""
         log.warning("Continuous refresh job of %s failed: %s", identifier, message)
-        table = self.ws.store.update(identifier, lambda t: _with_job(t, failure=message, failed_at=now_iso()))
-        if table is None or table.job is None:
+        table = self.ws.store.update(identifier, lambda t: _with_job(t, failure=message, failed_at=now_iso())
+                                     .evolve(consecutive_failures=t.consecutive_failures + 1))
+        if table is None or table.job is None or table.refresh_status != ACTIVATED:
             return
-        restarts = table.job.restarts
-        if restarts >= int(self.ws.options.get(cfg.MAX_RESTARTS) or 0):
-            log.warning("Continuous refresh job of %s failed; no restarts left: %s", identifier, message)
+        failures = table.consecutive_failures
+        if failures >= int(self.ws.options.get(cfg.MAX_CONSECUTIVE_FAILURES)):
+            reason = f"{failures} consecutive failures of the continuous refresh job; the last: {message}"
+            log.warning("Suspended %s: %s", identifier, reason)
+            self.stop(identifier)
+            self.ws.store.update(identifier, lambda t: _with_job(
+                t, restore_path=t.job.checkpoint_location).evolve(refresh_status=SUSPENDED, suspend_reason=reason))
             return
-        self.scheduler.run_once(f"restart:{identifier}", 2 ** restarts,
-                                lambda: self._restart(identifier, restarts + 1))
+        self.scheduler.run_once(f"restart:{identifier}", 2 ** (failures - 1),
+                                lambda: self._restart(identifier, table.job.restarts + 1))
 
     def _restart(self, identifier: str, restarts: int) -> None:
         try:

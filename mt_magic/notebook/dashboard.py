@@ -20,6 +20,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from mt_magic.errors import MaterializedTableError
 from mt_magic.gateway import Gateway
+from mt_magic.notebook.pictures import graph_svg, history_svg
 from mt_magic.notebook.status import Refresh, TableStatus, owner_text, table_statuses
 from mt_magic.sql.statements import quote_identifier
 
@@ -84,9 +85,10 @@ class Dashboard(widgets.VBox):
             layout=widgets.Layout(width=f"calc(100% - {80 * len(_ACTIONS) + 8}px)"))
         self.rows = widgets.VBox()
         self.detail = widgets.HTML()
+        self.graph = widgets.HTML()
         self.message = widgets.HTML()
         self.owner = widgets.HTML()
-        super().__init__([self.owner, self.header, self.rows, self.detail, self.message])
+        super().__init__([self.owner, self.header, self.rows, self.graph, self.detail, self.message])
         self.add_class("mt-magic-dashboard")
         self.sync()
 
@@ -132,6 +134,11 @@ class Dashboard(widgets.VBox):
                 if detail != self.detail.value:
                     with self.detail.hold_sync():
                         self.detail.value = detail
+            elif any(s.sources for s in statuses):
+                graph = graph_svg(statuses)
+                if graph != self.graph.value:
+                    with self.graph.hold_sync():
+                        self.graph.value = graph
 
     def _repr_mimebundle_(self, **kwargs) -> dict | None:
         bundle = super()._repr_mimebundle_(**kwargs)
@@ -234,6 +241,7 @@ def _detail_html(s: TableStatus | None, now: datetime) -> str:
     return ("<div class='mt-detail'><h4 style='margin:6px 0 2px'>Lineage</h4>"
             f"<div class='mt-lineage'>{sources} &rarr; <b>{_e(s.identifier)}</b> &rarr; {readers}</div>"
             "<h4 style='margin:6px 0 2px'>Recent refreshes</h4>"
+            f"{history_svg(s.history, s.freshness)}"
             f"<table class='mt-history'><tr>{head}</tr>{history or '<tr><td>none yet</td></tr>'}</table></div>")
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from mt_magic.catalog.handlers import JobHandler, RefreshHandler, ScheduleHandler
-from mt_magic.catalog.model import MaterializedTable, Outcome, RefreshOutcome
+from mt_magic.catalog.model import MaterializedTable, Outcome
 from mt_magic.gateway import Gateway
 from mt_magic.manager.pipelines import PipelineState
 from mt_magic.sql.freshness import IntervalFreshness
@@ -18,8 +18,9 @@ class Refresh:
     duration_s: float
     rows: int | None
     outcome: Outcome
-    target: str                        # 'whole table', 'ds=2024-01-02', 'batch 7'
+    target: str                        # 'whole table', 'ds=2024-01-02', 'batch'
     error: str | None = None
+    lag_s: float | None = None         # the data's age when it ended
 
 
 @dataclass(frozen=True)
@@ -83,14 +84,8 @@ def _status(state: PipelineState, tables: list[MaterializedTable], now: datetime
 
 
 def _history(state: PipelineState) -> list[Refresh]:
-    """Batch refreshes from the catalog; for a streaming table, its recent micro-batches too."""
-    history = [_from_outcome(o) for o in state.table.refresh_history]
-    progress = state.progress
-    for batch in (progress.history if progress else []):
-        if batch.get("timestamp"):
-            history.append(Refresh(_parse(batch["timestamp"]), (batch.get("processing_ms") or 0) / 1000,
-                                   batch.get("input_rows"), Outcome.SUCCEEDED, f"batch {batch['batch_id']}"))
-    return sorted(history, key=lambda r: r.started_at)[-10:]
+    """The recent refreshes, skips, failures and micro-batches, oldest first."""
+    return [_from_entry(e) for e in reversed(state.recent)]
 
 
 def _published_at(state: PipelineState, history: list[Refresh]) -> datetime | None:
@@ -98,17 +93,19 @@ def _published_at(state: PipelineState, history: list[Refresh]) -> datetime | No
     progress = state.progress
     if progress is not None and progress.last_published:
         return datetime.fromtimestamp(progress.last_published, timezone.utc)
-    done = [r for r in history if r.outcome == Outcome.SUCCEEDED and not r.target.startswith("batch")]
+    done = [r for r in history if r.outcome == Outcome.SUCCEEDED and r.target != "batch"]
     published = done[-1].started_at + timedelta(seconds=done[-1].duration_s) if done else None
     if state.matched_at is not None and published is not None:
         return max(published, datetime.fromtimestamp(state.matched_at, timezone.utc))
     return published
 
 
-def _from_outcome(outcome: RefreshOutcome) -> Refresh:
-    target = ", ".join(f"{k}={v}" for k, v in outcome.partition.items()) or "whole table"
-    return Refresh(_parse(outcome.started_at), outcome.duration_s, outcome.rows, outcome.outcome, target,
-                   outcome.error)
+def _from_entry(entry: dict) -> Refresh:
+    started, finished = _parse(entry["started"]), _parse(entry["finished"])
+    target = "batch" if entry["trigger"] == "batch" else \
+        ", ".join(f"{k}={v}" for k, v in (entry.get("partitions") or {}).items()) or "whole table"
+    return Refresh(started, (finished - started).total_seconds(), entry.get("rows"), Outcome(entry["outcome"]),
+                   target, entry.get("error"), entry.get("lag_s"))
 
 
 def _handler_text(handler: RefreshHandler | None) -> str:

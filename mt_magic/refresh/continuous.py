@@ -85,15 +85,18 @@ class Job:
 
 
 class ContinuousJobs:
-    """Starts, stops and watches the streaming queries; reports failures to `on_failure`."""
+    """Starts, stops and watches the streaming queries; reports failures to `on_failure` and batches
+    that read rows to `on_batch`."""
 
     def __init__(self, spark: Any, storage: TableStorage, store: CatalogStore,
-                 retention_s: Callable[[], float], on_failure: Callable[[str, str], None]) -> None:
+                 retention_s: Callable[[], float], on_failure: Callable[[str, str], None],
+                 on_batch: Callable[[str, dict], None]) -> None:
         self.spark = spark
         self.storage = storage
         self.store = store
         self._retention_s = retention_s
         self._on_failure = on_failure
+        self._on_batch = on_batch
         self._jobs: dict[str, Job] = {}
         self._lock = threading.RLock()
         _Listener.follow(spark, self)
@@ -185,6 +188,7 @@ class ContinuousJobs:
             record.last_published = time.time()
             # It committed in the stream's own session: this session's cached file listing is old.
             self.spark.catalog.refreshTable(job.quoted)
+            self._on_batch(job.table_id, progress)
         record.history = (record.history + [{"batch_id": record.batch_id, "input_rows": record.input_rows,
                                              "processing_ms": record.processing_ms,
                                              "timestamp": progress.get("timestamp")}])[-20:]

@@ -53,6 +53,16 @@ def shape(source: DataFrame, columns: Sequence[Column], identifier: str) -> Data
     return source.selectExpr(*expressions)
 
 
+def refresh_frame(spark: Any, table: MaterializedTable, target: Target) -> DataFrame:
+    """What a refresh of `target` writes: the query's result, shaped, for the target's partitions."""
+    frame = table_dataframe(spark, table)
+    for key, value in target.spec.items():
+        frame = frame.where(F.col(quote_identifier(key)) == F.lit(value))
+    if target.key is not None:     # Spark pushes the filter down to the changed source partitions
+        frame = frame.where(F.col(quote_identifier(target.key)).isin(list(target.values)))
+    return frame
+
+
 def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable,
                 target: Target, dynamic_options: dict[str, str] | None = None) -> RefreshResult:
     """Write a new version from the current source data and publish it; the old stays on failure."""
@@ -62,11 +72,7 @@ def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable,
     with job_scope(spark, group, f"refresh {table.identifier} ({described or 'table'})"):
         # Another session or application may have written a source: read what is there now.
         refresh_listings(spark, table.source_tables)
-        frame = table_dataframe(spark, table)
-        for key, value in target.spec.items():
-            frame = frame.where(F.col(quote_identifier(key)) == F.lit(value))
-        if target.key is not None:     # Spark pushes the filter down to the changed source partitions
-            frame = frame.where(F.col(quote_identifier(target.key)).isin(list(target.values)))
+        frame = refresh_frame(spark, table, target)
         observation = Observation(f"rows_{time.monotonic_ns()}")
         frame = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
         version = storage.new_version(table)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
 
@@ -56,8 +57,11 @@ class RefreshScheduler:
         self._refresh = refresh
         self._scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(workers, {"thread_name_prefix": "mt_magic-refresh"})},
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None})
+            job_defaults={"coalesce": True, "max_instances": 2, "misfire_grace_time": None})
         self._scheduler.start()
+        self._guard = threading.Lock()
+        self._busy: set[str] = set()
+        self._queued: dict[str, str] = {}      # table → the schedule time of its fire that waits
 
     def schedule(self, identifier: str, name: str, freshness: IntervalFreshness, zone: tzinfo,
                  paused: bool = False) -> None:
@@ -69,8 +73,23 @@ class RefreshScheduler:
                                     None, datetime.now(zone)))
 
     def _fire(self, name: str, freshness: IntervalFreshness, zone: tzinfo) -> None:
-        """APScheduler does not tell a job its fire time: it is the cron time at or before now."""
+        """APScheduler does not tell a job its fire time: it is the cron time at or before now. A fire
+        that finds the table's previous refresh still running is queued, once (a later fire replaces
+        it), and runs when that refresh ends."""
         schedule_time = freshness.floor(datetime.now(zone)).strftime(SCHEDULE_TIME_FORMAT)
+        with self._guard:
+            if name in self._busy:
+                self._queued[name] = schedule_time
+                return
+            self._busy.add(name)
+        while schedule_time is not None:
+            self._run(name, schedule_time)
+            with self._guard:
+                schedule_time = self._queued.pop(name, None)
+                if schedule_time is None:
+                    self._busy.discard(name)
+
+    def _run(self, name: str, schedule_time: str) -> None:
         try:
             self._refresh(name, schedule_time)
         except MaterializedTableError as error:     # recorded on the table; the pool thread goes on
@@ -81,7 +100,7 @@ class RefreshScheduler:
     def every(self, job_id: str, seconds: float, action: Callable[[], None], paused: bool = False) -> None:
         """A job at a fixed interval (a CONTINUOUS table's change detector); a late run is not made up."""
         self._scheduler.add_job(action, IntervalTrigger(seconds=seconds), id=job_id, name=job_id,
-                                replace_existing=True, next_run_time=None if paused else
+                                replace_existing=True, max_instances=1, next_run_time=None if paused else
                                 datetime.now(timezone.utc) + timedelta(seconds=seconds))
 
     def run_once(self, job_id: str, delay_s: float, action: Callable[[], None]) -> None:

@@ -56,6 +56,12 @@ _FILE_SCAN = re.compile(r"FileScan \S+ ([^\s\[]+)\[.*?PartitionFilters: \[(.*?)\
 _T = TypeVar("_T")
 
 
+def physical_plan(frame: Any) -> str:
+    """Spark's physical plan of a DataFrame, as EXPLAIN prints it (nothing runs)."""
+    return spark_call(lambda: frame._explain_string(mode="simple") if is_connect(frame.sparkSession)
+                      else frame._jdf.queryExecution().executedPlan().toString(), "Spark")
+
+
 class QueryAnalyzer:
     def __init__(self, spark: Any) -> None:
         self.spark = spark
@@ -171,9 +177,7 @@ class QueryAnalyzer:
         source → column. Spark's optimizer proves it: the query filtered on `key` with a probe value
         must push that filter, as a partition filter on a bare column, into every scan of the source."""
         probe = f"mt_probe_{uuid.uuid4().hex[:12]}"
-        frame = self.spark.sql(f"SELECT * FROM ({query}) WHERE {quote_identifier(key)} = '{probe}'")
-        plan = spark_call(lambda: frame._explain_string(mode="simple") if self._connect
-                          else frame._jdf.queryExecution().executedPlan().toString(), "Spark")
+        plan = physical_plan(self.spark.sql(f"SELECT * FROM ({query}) WHERE {quote_identifier(key)} = '{probe}'"))
         columns: dict[str, set[str | None]] = {}
         for table, filters in _FILE_SCAN.findall(plan):
             column = re.search(r"\(([^\s#(]+)#\d+ = " + probe + r"\)", filters)

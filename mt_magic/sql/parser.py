@@ -101,6 +101,11 @@ class _Parser:
             return self._optional(self.create_table_as)
         if first.is_word("ALTER") and self.peek().is_word("MATERIALIZED"):
             return self.alter()
+        if first.is_word("EXPLAIN") and ((self.peek().is_word("ALTER") and self.peek(2).is_word("MATERIALIZED"))
+                                         or (self.peek().is_word("CREATE") and self._is_materialized(2))):
+            self.advance()
+            inner = self.alter() if self.token.is_word("ALTER") else self.create()
+            return st.Explain(self.statement_text, inner)
         if first.is_word("DROP") and self._is_materialized(1):
             return self.drop()
         if first.is_word("DROP") and self.peek().is_word("TABLE"):
@@ -399,7 +404,7 @@ class _Parser:
         self.expect("TABLE")
         name = self.object_name()
         text = self.statement_text
-        verbs = ("SUSPEND", "RESUME", "REFRESH", "AS", "SET", "RESET")
+        verbs = ("SUSPEND", "RESUME", "REFRESH", "BACKFILL", "AS", "SET", "RESET")
         token = self.token
         if not token.is_word(*verbs):
             raise self.error(", ".join(f'"{v}"' for v in verbs))
@@ -414,6 +419,11 @@ class _Parser:
         elif verb == "REFRESH":
             result = st.AlterRefresh(text, name,
                                      partition=self.partition_spec() if self.accept("PARTITION") else {})
+        elif verb == "BACKFILL":
+            self.expect("FROM")
+            start = self.string("a quoted start time")
+            self.expect("TO")
+            result = st.AlterBackfill(text, name, start=start, end=self.string("a quoted end time"))
         elif verb == "RESET":
             result = st.AlterResetOptions(text, name, keys=self.key_list())
         elif self.accept("FRESHNESS"):

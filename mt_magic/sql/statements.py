@@ -116,6 +116,12 @@ class AlterRefresh(AlterMaterializedTable):
 
 
 @dataclass(frozen=True)
+class AlterBackfill(AlterMaterializedTable):
+    start: str = ""
+    end: str = ""
+
+
+@dataclass(frozen=True)
 class AlterQuery(AlterMaterializedTable):
     query: str = ""
 
@@ -188,3 +194,10 @@ class ResetOption(Statement):
 @dataclass(frozen=True)
 class SparkStatement(Statement):
     """Anything that is not about materialized tables: handed to spark.sql untouched."""
+
+
+@dataclass(frozen=True)
+class Explain(Statement):
+    """EXPLAIN of a materialized table's statement: what it would do, and Spark's plan."""
+
+    statement: Statement | None = None

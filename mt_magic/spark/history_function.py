@@ -1,0 +1,39 @@
+"""`SELECT * FROM mt_refresh_history('daily_sales')` in Spark SQL: a Python table function that
+reads the refresh history beside the catalog store.
+
+It runs in a Python worker of the Spark application (over Connect, the server's), which must see the
+store's folder and import mt_magic — as the CONTINUOUS sink must. The name matches a table's
+identifier whole or by its last parts (`daily_sales`, `db.daily_sales`); no argument (or NULL) gives
+every table's history, newest first.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+FUNCTION_NAME = "mt_refresh_history"
+SCHEMA = ("table string, trigger string, schedule_time string, started string, finished string, "
+          "outcome string, rows bigint, partitions string, error string, lag_s double, freshness_s double, "
+          "host string, pid int, application_id string")
+
+
+def register_history_function(spark: Any, store_path: str) -> None:
+    from pyspark.sql.functions import udtf
+
+    class RefreshHistoryFunction:
+        def eval(self, name: str | None = None):
+            from mt_magic.catalog.history import RefreshHistory
+            wanted = (name or "").replace("`", "").lower()
+            for entry in RefreshHistory(store_path).entries():
+                table = entry.get("table", "")
+                if wanted and table.lower() != wanted and not table.lower().endswith("." + wanted):
+                    continue
+                runner = entry.get("runner") or {}
+                yield (table, entry.get("trigger"), entry.get("schedule_time"), entry.get("started"),
+                       entry.get("finished"), entry.get("outcome"), entry.get("rows"),
+                       json.dumps(entry.get("partitions") or {}, sort_keys=True), entry.get("error"),
+                       entry.get("lag_s"), entry.get("freshness_s"), runner.get("host"), runner.get("pid"),
+                       runner.get("application_id"))
+
+    spark.udtf.register(FUNCTION_NAME, udtf(RefreshHistoryFunction, returnType=SCHEMA))

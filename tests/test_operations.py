@@ -1,0 +1,181 @@
+"""Operating materialized tables: history in Python and SQL, failures and auto-suspend, missed runs,
+coalesced fires, dependency order, backfill, EXPLAIN."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime, timezone
+
+import pytest
+from helpers import table_rows, wait_for
+
+from mt_magic import Gateway, MaterializedTableError
+from mt_magic.refresh.scheduler import RefreshScheduler, zone_named
+from mt_magic.sql.freshness import IntervalFreshness
+
+DAILY = ("CREATE MATERIALIZED TABLE daily PARTITIONED BY (ds) "
+         "WITH ('partition.fields.ds.date-formatter' = 'yyyy-MM-dd') FRESHNESS = INTERVAL '1' DAY "
+         "REFRESH_MODE = FULL AS SELECT ds, SUM(amount) AS total FROM sales GROUP BY ds")
+
+
+def test_every_refresh_is_in_the_history_and_in_sql(spark, gw, sales, store_path):
+    gw.execute("CREATE MATERIALIZED TABLE t FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS "
+               "SELECT ds, SUM(amount) AS total FROM sales GROUP BY ds")
+    for _ in range(31):
+        gw.execute("ALTER MATERIALIZED TABLE t REFRESH")
+    manual = [e for e in gw.history("t") if e["trigger"] == "manual"]
+    assert len(manual) == 31 and all(e["outcome"] == "SUCCEEDED" for e in manual)
+    assert all(e["lag_s"] is not None and e["freshness_s"] == 3600 for e in manual)
+    sql = spark.sql("SELECT trigger, COUNT(*) AS n FROM mt_refresh_history('t') GROUP BY trigger").collect()
+    assert {r["trigger"]: r["n"] for r in sql} == {"manual": 31, "initial": 1}
+    assert spark.sql("SELECT COUNT(*) FROM mt_refresh_history('nope')").first()[0] == 0
+    with open(store_path, encoding="utf-8") as handle:      # the record does not grow with the history
+        assert "refresh_history" not in handle.read()
+
+
+def test_failed_runs_suspend_the_table_and_resume_clears_them(spark, gw, sales):
+    gw.execute("SET 'materialized-table.refresh.retries' = '0'")
+    gw.execute("SET 'materialized-table.refresh.max-consecutive-failures' = '3'")
+    gw.execute("CREATE MATERIALIZED TABLE checked FRESHNESS = INTERVAL '1' SECOND REFRESH_MODE = FULL AS "
+               "SELECT ds, assert_true(amount < 100, 'amount too large') AS ok, amount FROM sales")
+    before = table_rows(spark, "checked")
+    spark.sql("INSERT INTO sales VALUES ('2024-01-03', 9, 1000.0)")
+    described = wait_for(lambda: (lambda d: d if d["refresh_status"] == "SUSPENDED" else None)(
+        gw.describe("checked")), timeout=60)
+    assert described["consecutive_failures"] == 3
+    assert "3 consecutive failed refreshes" in described["suspend_reason"]
+    assert "amount too large" in described["suspend_reason"]
+    assert table_rows(spark, "checked") == before                   # the old data stays readable
+    assert [e["outcome"] for e in gw.history("checked")][:3] == ["FAILED"] * 3
+    spark.sql("INSERT OVERWRITE sales VALUES ('2024-01-03', 9, 10.0)")
+    gw.execute("ALTER MATERIALIZED TABLE checked RESUME")
+    described = gw.describe("checked")
+    assert (described["refresh_status"], described["consecutive_failures"], described["suspend_reason"]) == \
+        ("ACTIVATED", 0, None)
+    wait_for(lambda: gw.history("checked", limit=1)[0]["outcome"] == "SUCCEEDED", timeout=30)
+
+
+@pytest.mark.parametrize("policy, least, most", [("latest", 1, 1), ("all", 3, 99), ("skip", 0, 0)])
+def test_missed_runs_after_a_downtime_follow_the_policy(spark, db, sales, store_path, policy, least, most):
+    first = Gateway(spark, catalog_store=store_path)
+    first.execute("CREATE MATERIALIZED TABLE mt FRESHNESS = INTERVAL '1' SECOND REFRESH_MODE = FULL AS "
+                  "SELECT ds, SUM(amount) AS total FROM sales GROUP BY ds")
+    wait_for(lambda: any(e["trigger"] == "scheduled" for e in first.history("mt")), timeout=30)
+    first.close()
+    time.sleep(4.5)                                      # four fires nobody runs
+    opened = datetime.now(timezone.utc).isoformat()
+    second = Gateway(spark, catalog_store=store_path, config={"materialized-table.missed-runs": policy})
+    try:
+        # catch-ups start at once; two of the new owner's own fires later they are done
+        wait_for(lambda: len([e for e in second.history("mt") if e["trigger"] == "scheduled"
+                              and e["started"] > opened]) >= 2, timeout=30)
+        catch_ups = [e for e in second.history("mt") if e["trigger"] == "catch-up"]
+        assert least <= len(catch_ups) <= most, catch_ups
+        times = [e["schedule_time"] for e in reversed(catch_ups)]
+        assert times == sorted(times)                          # oldest first
+    finally:
+        second.close()
+
+
+def test_a_fire_that_finds_its_refresh_running_is_queued_once():
+    runs: list[tuple[float, float]] = []
+
+    def slow_refresh(name: str, schedule_time: str) -> None:
+        started = time.monotonic()
+        time.sleep(1.5)
+        runs.append((started, time.monotonic()))
+
+    scheduler = RefreshScheduler(slow_refresh)
+    try:
+        scheduler.schedule("t", "t", IntervalFreshness.parse("1 SECOND"), zone_named("UTC"))
+        wait_for(lambda: len(runs) >= 3, timeout=20, interval=0.1)
+    finally:
+        scheduler.shutdown()
+    # A fire during a run is not dropped: it runs as soon as the run ends, not at the next fire.
+    assert all(later[0] - earlier[1] < 0.3 for earlier, later in zip(runs, runs[1:3]))
+
+
+def test_downstream_refreshes_start_after_upstream_for_the_same_fire(spark, gw, sales):
+    gw.execute("CREATE MATERIALIZED TABLE up FRESHNESS = INTERVAL '3' SECOND REFRESH_MODE = FULL AS "
+               "SELECT ds, SUM(amount) AS total FROM sales GROUP BY ds")
+    gw.execute("CREATE MATERIALIZED TABLE down FRESHNESS = INTERVAL '3' SECOND REFRESH_MODE = FULL AS "
+               "SELECT COUNT(*) AS days, SUM(total) AS total FROM up")
+
+    def common() -> list[tuple[dict, dict]]:
+        ups = {e["schedule_time"]: e for e in gw.history("up") if e["trigger"] == "scheduled"}
+        return [(ups[e["schedule_time"]], e) for e in gw.history("down")
+                if e["trigger"] == "scheduled" and e["schedule_time"] in ups]
+    for round_ in range(3):
+        spark.sql(f"INSERT INTO sales VALUES ('2024-02-0{round_ + 1}', 1, 1.0)")
+        wait_for(lambda: len(common()) > round_, timeout=30)
+    pairs = common()
+    assert all(down["started"] >= up["finished"] for up, down in pairs), pairs
+    wait_for(lambda: table_rows(spark, "down") == {tuple(spark.sql(
+        "SELECT COUNT(DISTINCT ds), SUM(amount) FROM sales").first())}, timeout=30)
+
+
+def test_backfill_runs_each_schedule_time_and_stops_at_a_failure(spark, gw, sales):
+    spark.sql("INSERT INTO sales VALUES ('2024-01-03', 1, 3.0), ('2024-01-04', 1, 4.0), ('2024-01-05', 1, 5.0)")
+    gw.execute("SET 'materialized-table.full.initialize' = 'on-schedule'")
+    gw.execute(DAILY)
+    [plan] = gw.execute("ALTER MATERIALIZED TABLE daily BACKFILL FROM '2024-01-02' TO '2024-01-05'", dry_run=True)
+    assert "would run 3 scheduled refreshes" in plan.message
+    result = gw.backfill("daily", "2024-01-02", "2024-01-05")
+    assert [row[:2] for row in result.rows] == [("2024-01-02 00:00:00", "ds=2024-01-01"),
+                                                ("2024-01-03 00:00:00", "ds=2024-01-02"),
+                                                ("2024-01-04 00:00:00", "ds=2024-01-03")]
+    assert sorted(r["ds"] for r in spark.table("daily").collect()) == ["2024-01-01", "2024-01-02", "2024-01-03"]
+    assert [e["trigger"] for e in gw.history("daily")] == ["backfill"] * 3
+    spark.sql("DROP TABLE sales")
+    with pytest.raises(MaterializedTableError, match=r"stopped at schedule time 2024-01-06 00:00:00 \(0 of 2 done\)"):
+        gw.execute("ALTER MATERIALIZED TABLE daily BACKFILL FROM '2024-01-06' TO '2024-01-08'")
+
+
+def test_explain_says_what_a_refresh_would_do_and_changes_nothing(spark, gw, sales):
+    gw.execute("CREATE MATERIALIZED TABLE t FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS "
+               "SELECT ds, SUM(amount) AS total FROM sales GROUP BY ds")
+    [explained] = gw.execute("EXPLAIN ALTER MATERIALIZED TABLE t REFRESH")
+    rows = dict(explained.rows)
+    assert rows["a scheduled refresh now"].startswith("would skip")
+    assert rows[f"source spark_catalog.{spark.catalog.currentDatabase()}.sales"] == "unchanged"
+    assert "HashAggregate" in rows["Spark plan"]
+    spark.sql("INSERT INTO sales VALUES ('2024-01-09', 1, 1.0)")
+    history = gw.history("t")
+    rows = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE t REFRESH")[0].rows)
+    assert rows["a scheduled refresh now"].startswith("would recompute the whole table")
+    assert gw.history("t") == history and ("2024-01-09", 1.0) not in table_rows(spark, "t")
+    [created] = gw.execute("EXPLAIN CREATE MATERIALIZED TABLE u FRESHNESS = INTERVAL '1' HOUR "
+                           "REFRESH_MODE = FULL AS SELECT ds FROM sales")
+    assert "would create materialized table" in dict(created.rows)["statement"]
+    assert gw.store.list()[0].name == "t" and len(gw.store.list()) == 1
+    with pytest.raises(MaterializedTableError, match="EXPLAIN explains ALTER MATERIALIZED TABLE"):
+        gw.execute("EXPLAIN ALTER MATERIALIZED TABLE t SUSPEND")
+
+
+def test_history_sql_function_reads_every_table(spark, gw, sales):
+    gw.execute("CREATE MATERIALIZED TABLE a FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS SELECT * FROM sales")
+    gw.execute("CREATE MATERIALIZED TABLE b FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS SELECT * FROM sales")
+    tables = {r[0].rsplit(".", 1)[-1] for r in spark.sql("SELECT table FROM mt_refresh_history(NULL)").collect()}
+    assert {"a", "b"} <= tables
+    row = spark.sql("SELECT * FROM mt_refresh_history('b')").first()
+    assert row["trigger"] == "initial" and json.loads(row["partitions"]) == {} and row["rows"] == 4
+
+
+def test_concurrent_history_appends_are_all_kept(tmp_path):
+    from mt_magic.catalog.history import RefreshEntry, RefreshHistory, Runner, Trigger
+    history = RefreshHistory(str(tmp_path / "catalog.json"), retention=150)
+
+    def write(worker: int) -> None:
+        for i in range(100):
+            history.record(RefreshEntry(f"c.d.t{worker % 2}", Trigger.MANUAL, None, datetime.now().isoformat(),
+                                        f"{worker:02d}-{i:03d}", "SUCCEEDED", i, Runner("h", 1, "app")))
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    kept = [len(history.entries(f"c.d.t{t}")) for t in (0, 1)]
+    assert all(150 <= n <= 165 for n in kept), kept          # 200 written each, the newest kept
+    assert len(history.entries(limit=7)) == 7
