@@ -85,7 +85,7 @@ def test_user_errors_are_one_short_message_and_fail_the_cell(shell, capsys):
     assert "Traceback" not in shown
     assert [line for line in shown.splitlines() if not line.startswith("mt_magic:")] == [
         'ParseError: line 2, column 3: Encountered "PAUSE"; expected "SUSPEND", "RESUME", "REFRESH", '
-        '"AS", "SET", "RESET".', "    PAUSE", "    ^"]
+        '"BACKFILL", "AS", "SET", "RESET".', "    PAUSE", "    ^"]
 
 
 def test_verbose_shows_the_traceback(shell, capsys):

@@ -179,3 +179,21 @@ def test_concurrent_history_appends_are_all_kept(tmp_path):
     kept = [len(history.entries(f"c.d.t{t}")) for t in (0, 1)]
     assert all(150 <= n <= 165 for n in kept), kept          # 200 written each, the newest kept
     assert len(history.entries(limit=7)) == 7
+
+
+def test_a_stream_that_cannot_restart_is_suspended_not_left_activated(spark, db, store_path):
+    spark.sql("CREATE TABLE orders (user_id INT, amount DOUBLE) USING parquet")
+    spark.sql("INSERT INTO orders VALUES (1, 1.0)")
+    first = Gateway(spark, catalog_store=store_path)
+    first.execute("CREATE MATERIALIZED TABLE sums FRESHNESS = INTERVAL '1' SECOND AS "
+                  "SELECT user_id, SUM(amount) AS total FROM orders GROUP BY user_id")
+    first.close()
+    spark.sql("DROP TABLE orders")
+    second = Gateway(spark, catalog_store=store_path,
+                     config={"materialized-table.refresh.max-consecutive-failures": "1"})
+    try:
+        described = second.describe("sums")
+        assert described["refresh_status"] == "SUSPENDED" and "orders" in described["suspend_reason"]
+        assert any("sums" in w for w in second.restore_warnings)
+    finally:
+        second.close()

@@ -146,7 +146,7 @@ def test_parse_error_names_line_column_and_expectation():
      'expected "REFRESH_MODE", "AS"'),
     ("CREATE MATERIALIZED TABLE t REFRESH_MODE = FULL FRESHNESS = INTERVAL '1' DAY AS SELECT 1", 'expected "AS"'),
     ("CREATE MATERIALIZED TABLE t (a, b STRING) AS SELECT 1", "either names only or full column definitions"),
-    ("ALTER MATERIALIZED TABLE tb1", '"SUSPEND", "RESUME", "REFRESH", "AS", "SET", "RESET"'),
+    ("ALTER MATERIALIZED TABLE tb1", '"SUSPEND", "RESUME", "REFRESH", "BACKFILL", "AS", "SET", "RESET"'),
     ("ALTER MATERIALIZED TABLE t SUSPEND PARTITION (a = '1')", "expected end of statement"),
     ("ALTER MATERIALIZED TABLE t RESUME PARTITION (a = '1')", "expected end of statement"),
     ("ALTER MATERIALIZED TABLE t REFRESH PARTITION ()", "expected an identifier"),

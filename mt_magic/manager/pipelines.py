@@ -388,7 +388,11 @@ class Pipelines:
                 if not table.streams:
                     self.start(table, fresh=False, paused=table.refresh_status == SUSPENDED)
                 elif table.refresh_status == ACTIVATED:
-                    handler = self.start(table, fresh=False)
+                    try:
+                        handler = self.start(table, fresh=False)
+                    except (MaterializedTableError, *SPARK_ERRORS) as error:
+                        self.streams.failed(table.identifier, spark_message(error))   # retried, or suspended
+                        raise
                     self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_handler=handler))
                 self.ws.storage.sweep(table, self.ws.retention_s())
             except (MaterializedTableError, *SPARK_ERRORS) as error:

@@ -41,7 +41,7 @@ class Streams:
         self.snapshots = snapshots
         self._recompute = recompute          # a batch refresh of the whole table, recorded
         self._streamed: dict[str, dict[str, dict | None]] = {}   # table → streamed source → its files
-        self.jobs = ContinuousJobs(ws.spark, ws.storage, ws.store, ws.retention_s, self._failed, on_batch)
+        self.jobs = ContinuousJobs(ws.spark, ws.storage, ws.store, ws.retention_s, self.failed, on_batch)
 
     def running(self, identifier: str) -> bool:
         return self.jobs.is_running(identifier)
@@ -162,7 +162,7 @@ class Streams:
         return Result.ok(f"Resumed materialized table {table.identifier}: continuous refresh job "
                          f"{handler.streaming_query_id} started {started}.")
 
-    def _failed(self, identifier: str, message: str) -> None:
+    def failed(self, identifier: str, message: str) -> None:
         """Called from Spark's listener thread: count the failure, then restart from the checkpoint
         with backoff, or, at `max-consecutive-failures` in a row, suspend the table with the reason
         (never ACTIVATED without a job; RESUME continues from the checkpoint)."""
@@ -196,7 +196,7 @@ class Streams:
         except Exception as error:   # noqa: BLE001 - recorded; the scheduler thread must go on
             try:
                 self.ws.store.update(identifier, lambda t: _with_job(t, restarts=restarts))
-                self._failed(identifier, spark_message(error))
+                self.failed(identifier, spark_message(error))
             except MaterializedTableError:
                 log.warning("Restarting the continuous refresh job of %s failed: %s", identifier, error)
 
