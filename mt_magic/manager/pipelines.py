@@ -45,6 +45,7 @@ RECENT = 20                  # history entries the dashboard shows per table
 RETRY_BACKOFF_S = 1.0        # before a pipeline's refresh is tried again: 1 s, 2 s, 4 s …
 MAX_CATCH_UPS = 1000         # missed fires run after one downtime, at most
 UPSTREAM_WAIT_S = 300.0      # how long a refresh waits for the tables it reads to finish theirs
+STREAM_SETTLE_S = 1.0        # after a stream stops, how long its cancelled tasks may still write
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class Pipelines:
         with self.ws.lock(table.identifier):
             current = self.ws.store.get(table.identifier) or table
             try:
-                self.ws.storage.drop(current)
+                self.ws.storage.drop(current, settle_s=STREAM_SETTLE_S if current.streams else 0.0)
                 self.streams.delete_checkpoints(current)
             finally:
                 self.ws.store.delete(table.identifier)

@@ -8,6 +8,7 @@ crash before the publish leaves the old version in place.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,10 +162,19 @@ class TableStorage:
         spark_call(lambda: self.spark.sql(f"ALTER TABLE {table.quoted} ADD COLUMNS ({columns})"),
                    f"Adding columns to {table.identifier}")
 
-    def drop(self, table: MaterializedTable) -> None:
-        """Remove the Spark table and every folder this table's refreshes wrote."""
+    def drop(self, table: MaterializedTable, settle_s: float = 0.0) -> None:
+        """Remove the Spark table and every folder this table's refreshes wrote. Tasks of a
+        micro-batch cancelled a moment ago may still create their folders: for `settle_s`, what
+        reappears is deleted again."""
         spark_call(lambda: self.spark.sql(f"DROP TABLE IF EXISTS {table.quoted}"),
                    f"Dropping the Spark table {table.identifier}")
+        self._delete_data(table)
+        deadline = time.monotonic() + settle_s
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            self._delete_data(table)
+
+    def _delete_data(self, table: MaterializedTable) -> None:
         root = table.storage.root
         if table.storage.owns_root:
             self.files.delete(root)
