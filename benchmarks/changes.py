@@ -23,6 +23,7 @@ from datetime import datetime
 from pyspark.sql import SparkSession
 
 from continuous_lag import cpu_seconds, lag_samples  # benchmarks/ is the script's own folder
+from workload import timed
 from mt_magic import Gateway
 
 PARTITIONS = 100
@@ -32,12 +33,6 @@ IDLE_S = 30.0
 
 def stamp() -> str:
     return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def timed(action) -> float:
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
 
 
 def family() -> list[int]:

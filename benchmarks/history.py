@@ -10,28 +10,17 @@ from __future__ import annotations
 
 import os
 import statistics
-import tempfile
-import time
 from dataclasses import replace
 
-from mt_magic import Gateway
+from workload import median, open_gateway, timed  # benchmarks/ is the script's own folder
 from mt_magic.catalog.history import RefreshEntry, Runner, Trigger
 from mt_magic.notebook.status import table_statuses
-from mt_magic.session import local_session
 
 TABLES, PER_TABLE = 1000, 100
 
 
-def timed(action) -> float:
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
-
-
 def main() -> None:
-    work = tempfile.mkdtemp(prefix="mt_magic-history-")
-    spark = local_session("mt_magic-history", warehouse=os.path.join(work, "warehouse"))
-    gateway = Gateway(spark, catalog_store=os.path.join(work, "store", "catalog.json"))
+    spark, gateway = open_gateway("history")
     try:
         spark.sql("CREATE TABLE src (id INT) USING parquet")
         gateway.execute("CREATE MATERIALIZED TABLE t0000 FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL "
@@ -48,13 +37,13 @@ def main() -> None:
                                 None, stamp, stamp, "SUCCEEDED", n, runner, {}, None, 0.5, 3600.0)
         filled = timed(lambda: [history.record(entry(t, n)) for n in range(PER_TABLE) for t in range(TABLES)])
         more = [timed(lambda t=t: history.record(entry(t, PER_TABLE))) for t in range(1000)]
-        one = statistics.median(timed(lambda: gateway.history("t0500")) for _ in range(20))
+        one = median(lambda: gateway.history("t0500"), 20)
         every = timed(lambda: gateway.history())
-        newest = statistics.median(timed(lambda: gateway.history(limit=100)) for _ in range(5))
-        show = statistics.median(timed(lambda: gateway.execute("SHOW MATERIALIZED TABLES")) for _ in range(5))
+        newest = median(lambda: gateway.history(limit=100))
+        show = median(lambda: gateway.execute("SHOW MATERIALIZED TABLES"))
         statuses = timed(lambda: table_statuses(gateway))
-        spark_one = statistics.median(timed(lambda: spark.read.json(history.folder).where(
-            f"table = '{template.catalog}.{template.database}.t0500'").collect()) for _ in range(3))
+        spark_one = median(lambda: spark.read.json(history.folder).where(
+            f"table = '{template.catalog}.{template.database}.t0500'").collect(), 3)
     finally:
         gateway.close()
         spark.stop()
@@ -62,7 +51,7 @@ def main() -> None:
     print(f"record one entry at 100k: mean {1000 * statistics.mean(more):.2f} ms, p99 "
           f"{1000 * sorted(more)[int(len(more) * 0.99)]:.2f} ms (target <= 10 ms); the first 100k took {filled:.1f} s")
     print(f"one table's history: {1000 * one:.2f} ms; plain Spark reading the files for it: "
-          f"{1000 * spark_one:.0f} ms (ratio {one / spark_one:.3f})")
+          f"{1000 * spark_one:.0f} ms (ours ÷ Spark = 1/{spark_one / one:.0f})")
     print(f"every table's history ({TABLES * PER_TABLE + 1000:,} entries): {every:.2f} s; the newest 100: "
           f"{1000 * newest:.1f} ms")
     print(f"SHOW MATERIALIZED TABLES of {TABLES}: {1000 * show:.1f} ms; the dashboard's status of all "

@@ -23,15 +23,20 @@ def median(action, repeats: int = REPEATS) -> float:
     return statistics.median(timed(action) for _ in range(repeats))
 
 
-def open_workload(rows: int, days: int, remote: str | None = None):
-    """A session, a Gateway on a fresh store, a partitioned source `src` and an empty `plain` table of
-    the query's shape (what plain Spark overwrites), in a new folder."""
+def open_gateway(name: str, remote: str | None = None):
+    """A local session and a Gateway on a fresh store, in a new folder."""
     from mt_magic import Gateway
     from mt_magic.session import local_session
 
-    work = tempfile.mkdtemp(prefix="mt_magic-bench-")
-    spark = local_session("mt_magic-bench", warehouse=os.path.join(work, "warehouse"), remote=remote)
-    gateway = Gateway(spark, catalog_store=os.path.join(work, "store", "catalog.json"))
+    work = tempfile.mkdtemp(prefix=f"mt_magic-{name}-")
+    spark = local_session(f"mt_magic-{name}", warehouse=os.path.join(work, "warehouse"), remote=remote)
+    return spark, Gateway(spark, catalog_store=os.path.join(work, "store", "catalog.json"))
+
+
+def open_workload(rows: int, days: int, remote: str | None = None):
+    """A session, a Gateway on a fresh store, a partitioned source `src` and an empty `plain` table of
+    the query's shape (what plain Spark overwrites), in a new folder."""
+    spark, gateway = open_gateway("bench", remote)
     spark.sql("CREATE TABLE src USING parquet PARTITIONED BY (ds) AS SELECT "
               f"date_format(date_add(DATE'2024-01-01', CAST(id % {days} AS INT)), 'yyyy-MM-dd') AS ds, "
               f"CAST(id % 1000 AS INT) AS product_id, CAST(id % 97 AS DOUBLE) AS amount FROM range({rows})")
