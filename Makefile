@@ -17,7 +17,8 @@ setup: $(BIN)/python
 # The browser test renders a notebook's widgets offline: Debian's Chromium, and the widget manager
 # and require.js from npm at the versions in package-lock.json.
 chromium:
-	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+	  $(SUDO) apt-get install -y -qq --no-install-recommends --no-upgrade chromium; }
 
 $(BROWSER)/node_modules/.package-lock.json: $(BROWSER)/package-lock.json
 	cd $(BROWSER) && npm ci --no-audit --no-fund --loglevel=error

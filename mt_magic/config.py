@@ -24,6 +24,7 @@ STATIC_SOURCES = "materialized-table.continuous.static-sources"
 CONTINUOUS_SHUFFLE_PARTITIONS = "materialized-table.continuous.shuffle-partitions"
 CLIENT_TIMEOUT = "materialized-table.client.timeout"
 HISTORY_RETENTION = "materialized-table.history.retention"
+RESULT_ROWS = "materialized-table.result.max-rows"
 REFRESH_RETRIES = "materialized-table.refresh.retries"
 MAX_CONSECUTIVE_FAILURES = "materialized-table.refresh.max-consecutive-failures"
 MISSED_RUNS = "materialized-table.missed-runs"
@@ -37,12 +38,14 @@ DEFAULTS: dict[str, str] = {
     VERSION_RETENTION: "10 min",
     CLIENT_TIMEOUT: "30 s",
     HISTORY_RETENTION: "10000",
+    RESULT_ROWS: "1000",
     REFRESH_RETRIES: "2",
     MAX_CONSECUTIVE_FAILURES: "5",
     MISSED_RUNS: "latest",
 }
-# Options whose value is a count.
-_COUNTS = (HISTORY_RETENTION, REFRESH_RETRIES, MAX_CONSECUTIVE_FAILURES)
+# Options whose value is a count, and its bounds.
+_COUNTS = {HISTORY_RETENTION: (1, 10_000_000), REFRESH_RETRIES: (0, 10), MAX_CONSECUTIVE_FAILURES: (1, 1000),
+           RESULT_ROWS: (1, 10_000_000)}
 
 CATALOG_STORE_ENV = "MT_MAGIC_CATALOG_STORE"
 DEFAULT_CATALOG_STORE = os.path.join(".mt_magic", "catalog.json")
@@ -65,7 +68,10 @@ def parse_duration(text: str, key: str = "duration") -> timedelta:
         raise ValidationError(
             f"Option '{key}' = '{text}' is not a duration; use a number and a unit such as "
             "'30 s', '3 min', '1 h' or '1 d'.")
-    return timedelta(seconds=int(match.group(1)) * _UNITS[unit or "ms"])
+    try:
+        return timedelta(seconds=int(match.group(1)) * _UNITS[unit or "ms"])
+    except OverflowError:
+        raise ValidationError(f"Option '{key}' = '{text}' is longer than any duration can be.") from None
 
 
 def catalog_store_path(explicit: str | None) -> str:
@@ -113,8 +119,11 @@ class Options:
         if key in (FRESHNESS_THRESHOLD, DEFAULT_FRESHNESS_CONTINUOUS, DEFAULT_FRESHNESS_FULL,
                    VERSION_RETENTION, CLIENT_TIMEOUT):
             parse_duration(value, key)
-        if key in _COUNTS and not str(value).strip().isdigit():
-            raise ValidationError(f"Option '{key}' = '{value}' is not a count; use a whole number such as '3'.")
+        if key in _COUNTS:
+            low, high = _COUNTS[key]
+            text = str(value).strip()
+            if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
+                raise ValidationError(f"Option '{key}' = '{value}' is not a count from {low} to {high}.")
         if key == MISSED_RUNS and value not in MISSED_RUNS_POLICIES:
             raise ValidationError(f"Option '{key}' = '{value}' is not a policy; use one of "
                                   f"{', '.join(MISSED_RUNS_POLICIES)}.")

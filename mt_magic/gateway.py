@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+from datetime import tzinfo
 from collections.abc import Mapping
 from typing import Any
 
@@ -134,6 +135,10 @@ class Gateway:
             return {"error": {"type": type(error).__name__, "message": str(error)}}
         except Exception as error:   # noqa: BLE001 - the client gets it; the mailbox thread goes on
             return {"error": {"type": "ExecutionError", "message": spark_message(error)}}
+
+    def zone(self) -> tzinfo:
+        """The session time zone (spark.sql.session.timeZone): schedules run and are shown in it."""
+        return self._ws.zone()
 
     def owner(self) -> dict | None:
         """Who owns the store (kind, host, pid, application id) and whether it is this gateway."""

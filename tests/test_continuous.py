@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers import wait_for
 
-from mt_magic import Gateway, StateError
+from mt_magic import Gateway, MaterializedTableError, StateError
 
 AGGREGATE = "SELECT user_id, COUNT(*) AS n, SUM(amount) AS total FROM orders GROUP BY user_id"
 FILTERED = "SELECT user_id, amount FROM orders WHERE amount > 2"
@@ -178,3 +178,13 @@ def test_restart_resumes_and_sigkill_converges_without_duplicates(spark, db, tmp
     finally:
         restarted.close()
     assert not spark.streams.active
+
+
+def test_running_a_notebook_again_leaves_a_table_and_its_job_alone(streaming):
+    before = streaming.describe("per_user")["refresh_handler"]["streaming_query_id"]
+    with pytest.raises(MaterializedTableError, match="already exists; CREATE OR ALTER MATERIALIZED TABLE"):
+        streaming.execute(f"CREATE MATERIALIZED TABLE per_user FRESHNESS = INTERVAL '1' SECOND AS {AGGREGATE}")
+    [result] = streaming.execute(f"CREATE OR ALTER MATERIALIZED TABLE per_user FRESHNESS = INTERVAL '1' SECOND "
+                                 f"AS {AGGREGATE}")
+    assert result.message.endswith("per_user is unchanged.")
+    assert streaming.describe("per_user")["refresh_handler"]["streaming_query_id"] == before

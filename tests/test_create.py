@@ -99,7 +99,8 @@ def test_computed_column_comes_first_and_is_stored(spark, gw, sales):
     ("(m TIMESTAMP METADATA VIRTUAL)", "VIRTUAL METADATA"),
     ("(ds FOO)", "unknown data type 'FOO'"),
     ("(PRIMARY KEY (nope) NOT ENFORCED)", "Primary key column 'nope' not defined in the query schema"),
-    ("(PRIMARY KEY (total) NOT ENFORCED)", "Could not create a PRIMARY KEY with nullable column 'total'"),
+    ("(doubled AS total * 2, PRIMARY KEY (doubled) NOT ENFORCED)",
+     "Could not create a PRIMARY KEY with nullable column 'doubled'"),
     ("(ds, product_id, total, WATERMARK FOR ts AS ts)", "The rowtime attribute field 'ts' is not defined"),
 ])
 def test_schema_rules(spark, gw, sales, store_path, columns, fragment):
@@ -233,3 +234,30 @@ def test_injection_attempts_stay_literal(spark, gw, sales):
     with pytest.raises(MaterializedTableError, match="we'ird"):
         gw.execute("CREATE MATERIALIZED TABLE `we'ird` REFRESH_MODE = FULL AS SELECT * FROM sales")
     assert [t.name for t in gw.store.list()] == ["t"]
+
+
+@pytest.mark.parametrize("name", ["`../../../../escape`", "`a/b`", "`..`", "`x\\\\y`"])
+def test_a_name_never_becomes_a_path_out_of_the_data_directory(gw, sales, tmp_path, name):
+    before = sorted(str(p) for p in tmp_path.parent.rglob("*"))
+    for statement in (f"CREATE MATERIALIZED TABLE {name} REFRESH_MODE = FULL AS SELECT * FROM sales",
+                      f"CREATE TABLE {name} AS SELECT * FROM sales"):
+        with pytest.raises(ValidationError, match="a name part may not be"):
+            gw.execute(statement)
+    assert sorted(str(p) for p in tmp_path.parent.rglob("*")) == before      # no folder made anywhere
+
+
+def test_a_primary_key_over_a_spark_source_is_not_null_by_declaration(spark, gw, db):
+    spark.sql("CREATE TABLE src (id INT, name STRING, amount DOUBLE, ds STRING) USING parquet")
+    spark.sql("INSERT INTO src VALUES (1, 'a', 1.0, '2024-01-01'), (2, 'b', 2.0, '2024-01-02')")
+    gw.execute("CREATE MATERIALIZED TABLE keyed (PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (ds) "
+               "WITH ('format' = 'parquet') REFRESH_MODE = FULL AS SELECT * FROM src")
+    described = gw.describe("keyed")
+    assert described["primary_key"] == ["id"] and ("id", "int", False) in described["columns"]
+    gw.execute("CREATE OR ALTER MATERIALIZED TABLE keyed (PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (ds) "
+               "WITH ('format' = 'parquet') AS SELECT * FROM src")
+    gw.execute("ALTER MATERIALIZED TABLE keyed SET ('compression' = 'gzip')")
+    before = table_rows(spark, "keyed")
+    spark.sql("INSERT INTO src VALUES (NULL, 'c', 3.0, '2024-01-03')")
+    with pytest.raises(MaterializedTableError, match="Column 'id' of spark_catalog.*keyed is NOT NULL"):
+        gw.execute("ALTER MATERIALIZED TABLE keyed REFRESH")
+    assert table_rows(spark, "keyed") == before                      # nothing published

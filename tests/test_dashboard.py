@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 from helpers import wait_for
@@ -157,3 +159,14 @@ def test_the_dashboard_says_who_owns_the_store_and_works_in_a_client(spark, gw, 
         wait_for(lambda: "SUSPENDED" in cells(dashboard, "t"), timeout=10)
     finally:
         client.close()
+
+
+def test_times_show_in_the_session_time_zone_as_schedules_do(spark, gw, sales, board):
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+    try:
+        gw.execute(CREATE_T)
+        next_refresh = datetime.fromisoformat(gw.describe("t")["next_refresh"])
+        shown = next_refresh.astimezone(ZoneInfo("Asia/Tokyo")).strftime("%Y-%m-%d %H:%M:%S")
+        assert shown in cells(board(), "t")
+    finally:
+        spark.conf.unset("spark.sql.session.timeZone")

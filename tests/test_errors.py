@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from mt_magic import MaterializedTableError
+from mt_magic import Gateway, MaterializedTableError
 
 BRIDGE_TEXT = re.compile(r"py4j|grpc|JVM|An error occurred while calling|\bo\d+\.\w+|Traceback|\tat |"
                          r"java\.|_MultiThreadedRendezvous|debug_error_string|StatusCode", re.I)
@@ -32,6 +32,11 @@ FAILING = [
     ("SELECT CAST('x' AS INT) AS i", "CAST"),
     ("SELECT 1 / 0 AS q", "DIVIDE_BY_ZERO"),
     ("SET 'spark.sql.warehouse.dir' = '/elsewhere'", "spark.sql.warehouse.dir"),
+    ("CREATE MATERIALIZED TABLE x FRESHNESS = INTERVAL '²' HOUR AS SELECT * FROM sales", "positive integer"),
+    ("CREATE MATERIALIZED TABLE x FRESHNESS = INTERVAL '12345678901234567890' SECOND AS SELECT * FROM sales",
+     "longer than the longest"),
+    ("SET 'materialized-table.refresh-mode.freshness-threshold' = '99999999999999999 d'", "longer than any"),
+    ("SET 'materialized-table.missed-runs' = 'sometimes'", "not a policy"),
     ("SELECT '\ud800' AS s", "surrogate"),
 ]
 
@@ -51,3 +56,16 @@ def test_spark_errors_are_clean(gw, sales, spark, statement, fragment, dry_run):
     assert not BRIDGE_TEXT.search(message), message
     assert fragment.lower() in message.lower()
     assert gw.store.list() == []
+
+
+def test_a_short_zone_id_as_spark_accepts_it(spark, gw, sales, store_path):
+    spark.conf.set("spark.sql.session.timeZone", "PST")
+    try:
+        gw.execute("CREATE MATERIALIZED TABLE t FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS "
+                   "SELECT * FROM sales; ALTER MATERIALIZED TABLE t SUSPEND; ALTER MATERIALIZED TABLE t RESUME")
+        assert gw.describe("t")["refresh_handler"]["time_zone"] == "America/Los_Angeles"
+        gw.close()
+        with Gateway(spark, catalog_store=store_path) as again:       # a new owner restores it
+            assert again.describe("t")["next_refresh"] is not None
+    finally:
+        spark.conf.unset("spark.sql.session.timeZone")

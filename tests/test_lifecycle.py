@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -220,7 +221,7 @@ def test_drop_table_refuses_a_materialized_table(spark, gw, daily):
     assert not spark.catalog.tableExists("sales")
 
 
-def test_show_materialized_tables(gw, daily, db):
+def test_show_materialized_tables(spark, gw, daily, db):
     gw.execute("CREATE MATERIALIZED TABLE other REFRESH_MODE = FULL AS SELECT 1 AS a")
     assert gw.execute("SHOW MATERIALIZED TABLES")[0].rows == [("daily",), ("other",)]
     assert gw.execute("SHOW MATERIALIZED TABLES")[0].columns == ["materialized table"]
@@ -229,6 +230,11 @@ def test_show_materialized_tables(gw, daily, db):
     assert gw.execute("SHOW MATERIALIZED TABLES FROM default")[0].rows == []
     with pytest.raises(ValidationError, match="Database 'spark_catalog'.'nope' doesn't exist."):
         gw.execute("SHOW MATERIALIZED TABLES FROM nope")
+    spark.sql("CREATE DATABASE IF NOT EXISTS `2024`")       # a name Spark must get quoted
+    try:
+        assert gw.execute("SHOW MATERIALIZED TABLES FROM `2024`")[0].rows == []
+    finally:
+        spark.sql("DROP DATABASE `2024`")
 
 
 def test_show_create_and_describe(gw, daily):
@@ -263,3 +269,19 @@ def test_a_failing_statement_stops_the_rest(gw, sales):
                    "ALTER MATERIALIZED TABLE a SUSPEND; ALTER MATERIALIZED TABLE a SUSPEND; "
                    "CREATE MATERIALIZED TABLE b REFRESH_MODE = FULL AS SELECT 1 AS x")
     assert [t.name for t in gw.store.list()] == ["a"]
+
+
+@pytest.mark.parametrize("statement, instead", [
+    ("INSERT INTO daily VALUES (9, 9.0, '2024-01-09')", "ALTER MATERIALIZED TABLE … REFRESH"),
+    ("INSERT OVERWRITE TABLE {db}.daily SELECT * FROM {db}.daily", "ALTER MATERIALIZED TABLE … REFRESH"),
+    ("TRUNCATE TABLE daily", "ALTER MATERIALIZED TABLE … REFRESH"),
+    ("ALTER TABLE `daily` RENAME TO other", "drop it and create it"),
+    ("ALTER TABLE daily SET LOCATION '/tmp/elsewhere'", "ALTER MATERIALIZED TABLE … SET"),
+    ("ALTER TABLE daily ADD COLUMNS (z INT)", "ALTER MATERIALIZED TABLE … AS"),
+])
+def test_spark_statements_that_write_a_materialized_table_are_refused(spark, gw, daily, db, statement, instead):
+    before = table_rows(spark, "daily")
+    with pytest.raises(ValidationError, match=rf"\.daily is a materialized table: .*{re.escape(instead)}"):
+        gw.execute(statement.format(db=db))
+    assert table_rows(spark, "daily") == before
+    gw.execute("INSERT INTO sales VALUES ('2024-01-09', 9, 9.0)")      # other tables: Spark's own

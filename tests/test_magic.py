@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -131,6 +132,10 @@ def test_variables_are_substituted_only_as_quoted_literals(shell, db):
     assert view.rows == [("x' OR '1'='1", "5", "{a}", "$b", "{{name}}", True)]
     with pytest.raises(ValidationError, match="no notebook variable named 'missing'"):
         cell(shell, "SELECT {{missing}}")
+    # A value ending in a backslash cannot end its literal early and smuggle in a statement.
+    shell.user_ns.update(day="2024-01-01\\", region="); DROP TABLE src; --", path="C:\\temp\\")
+    view = shell.run_line_magic("mtsql", "SELECT {{day}} AS d, {{region}} AS r, {{path}} AS p")
+    assert view.rows == [("2024-01-01\\", "); DROP TABLE src; --", "C:\\temp\\")]
 
 
 def test_settings_are_traitlets(shell, sales, tmp_path):
@@ -225,3 +230,30 @@ def test_a_spark_error_is_one_message_and_nothing_on_stderr(shell, db, capfd):
     out, err = capfd.readouterr()
     assert err == ""
     assert out.startswith("SparkError: Spark: [TABLE_OR_VIEW_NOT_FOUND]") and "Traceback" not in out
+
+
+def test_out_keeps_every_row_as_a_dataframe_and_refresh_shows_one_line(shell, db):
+    shell.run_cell("%%mtsql -o r\nSELECT id FROM range(2500)")
+    view = shell.user_ns["r"]
+    assert len(view.rows) == 1000 and view.df.count() == 2500 and len(view.to_pandas()) == 2500
+    shell.run_cell("%%mtsql\nSET 'materialized-table.result.max-rows' = '5'")
+    shell.run_cell("%%mtsql -o few\nSELECT id FROM range(20)")
+    assert len(shell.user_ns["few"].rows) == 5 and len(shell.user_ns["few"].to_pandas()) == 20
+    spark = shell.user_ns["spark"]
+    spark.sql("CREATE TABLE src AS SELECT id, CAST(id % 2 AS STRING) AS k FROM range(4)")
+    shell.run_cell("%%mtsql\nCREATE MATERIALIZED TABLE mt REFRESH_MODE = FULL AS SELECT k, COUNT(*) AS n FROM src GROUP BY k")
+    result = shell.run_cell("%%mtsql -o refreshed\nALTER MATERIALIZED TABLE mt REFRESH")
+    assert re.fullmatch(r"Refreshed spark_catalog\.\S+\.mt \(whole table\): 2 rows in [\d.]+ s\.", repr(result.result))
+    assert shell.user_ns["refreshed"].columns == ["job id", "cluster info", "rows", "partition"]   # for code
+
+
+def test_help_starts_with_the_usage_and_unload_leaves_other_loggers_alone(shell):
+    import logging
+    help_text = shell.find_cell_magic("mtsql").__doc__
+    assert help_text.startswith("  %mtsql [-o NAME]") and "BACKFILL FROM" in help_text and "EXPLAIN" in help_text
+    shell.run_line_magic("unload_ext", "mt_magic")
+    handlers = {name: list(logging.getLogger(name).handlers) for name in ("apscheduler", "py4j", "mt_magic")}
+    shell.run_line_magic("load_ext", "mt_magic")
+    shell.run_line_magic("unload_ext", "mt_magic")
+    assert {name: list(logging.getLogger(name).handlers) for name in handlers} == handlers
+    shell.run_line_magic("load_ext", "mt_magic")

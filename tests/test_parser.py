@@ -167,3 +167,48 @@ def test_constraint_rules_are_validation_errors():
         parse("CREATE MATERIALIZED TABLE t (a INT, UNIQUE (a)) AS SELECT 1 AS a")
     with pytest.raises(ValidationError, match="NOT ENFORCED"):
         parse("CREATE MATERIALIZED TABLE t (PRIMARY KEY (a)) AS SELECT 1 AS a")
+
+
+HOSTILE = ["2024-01-01\\", "); DROP TABLE src; --", "C:\\temp\\", "it's", "'; --", "a\nb\r\tc", "ünï ☃ \u2028",
+           "\\'", "''", "x\\\\", "*/ /*", "{{name}}", "\\u0041", "%_"]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_the_literal_writer_and_the_lexer_agree_on_hostile_values(value):
+    literal = st.sql_string(value)
+    refresh = one(f"ALTER MATERIALIZED TABLE mt REFRESH PARTITION (ds = {literal}, region = {literal})")
+    assert refresh.partition == {"ds": value, "region": value}
+    assert one(f"SET ('k' = {literal}, 'k2' = 'v2')".replace("SET (", "ALTER MATERIALIZED TABLE mt SET (")
+               ).options == {"k": value, "k2": "v2"}
+    assert one(f"SET 'k' = {literal}").value == value
+
+
+def test_a_trailing_backslash_cannot_end_a_literal_early():
+    statements = parse("ALTER MATERIALIZED TABLE mt REFRESH PARTITION (ds = '2024-01-01\\\\', "
+                       "region = '); DROP TABLE src; --')")
+    assert [type(s).__name__ for s in statements] == ["AlterRefresh"]
+    assert one("ALTER MATERIALIZED TABLE mt SET ('k' = 'C:\\\\temp\\\\', 'k2' = 'v2')").options == \
+        {"k": "C:\\temp\\", "k2": "v2"}
+
+
+def test_block_comments_nest_as_in_spark():
+    statements = parse("SHOW MATERIALIZED TABLES /* outer /* inner */ ; DROP TABLE src; */")
+    assert [type(s).__name__ for s in statements] == ["ShowMaterializedTables"]
+    assert len(parse("SELECT '/* not */' AS a; SELECT 2 /* a /* b */ c */")) == 2
+    with pytest.raises(ParseError):
+        parse("SHOW MATERIALIZED TABLES /* never closed")
+
+
+def test_raw_strings_and_spark_escapes():
+    assert one("SET 'k' = R'C:\\new'").value == "C:\\new"
+    assert one("SET 'k' = '\\u0041\\101\\%\\t'").value == "AA\\%\t"
+
+
+def test_a_lone_quote_is_not_a_name():
+    with pytest.raises(ParseError, match="an identifier"):
+        parse("DROP MATERIALIZED TABLE '")
+
+
+def test_a_partition_key_given_twice_is_an_error():
+    with pytest.raises(ParseError, match="Partition key 'DS' is given twice"):
+        parse("ALTER MATERIALIZED TABLE mt REFRESH PARTITION (ds = 'a', DS = 'b')")

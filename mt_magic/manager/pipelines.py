@@ -204,7 +204,7 @@ class Pipelines:
                 f"rows in {last.duration_s:.2f} s.")
         return Result.table(["job id", "cluster info", "rows", "partition"],
                             [(job_group(table), {"spark.master": info.master, "spark.app.id": info.application_id},
-                              last.rows, target)], message=done)
+                              last.rows, target)], message=done, brief=True)
 
     def _after_upstream(self, table: MaterializedTable, schedule_time: str) -> None:
         """Dependency order: when the materialized tables this one reads fire at the same schedule

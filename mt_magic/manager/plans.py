@@ -21,7 +21,7 @@ from mt_magic.manager.lifecycle import Lifecycle
 from mt_magic.manager.pipelines import Pipelines, check_partition_spec
 from mt_magic.manager.schema import (check_formatters, check_partition_keys, column_from_field,
                                      computed_type, derive_schema)
-from mt_magic.manager.workspace import Workspace
+from mt_magic.manager.workspace import Workspace, check_folder_names
 from mt_magic.refresh.full import shape
 from mt_magic.results import Result
 from mt_magic.spark.analysis import AnalyzedQuery
@@ -30,11 +30,12 @@ from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.jobs import job_scope
 from mt_magic.sql import statements as st
+from mt_magic.sql.relations import written_table
+from mt_magic.sql.statements import quote_identifier
 from mt_magic.sql.freshness import AUTOMATIC, CONTINUOUS, IntervalFreshness
 from mt_magic.storage.table_as import CREATE, IF_NOT_EXISTS, REPLACE, plan_target, write_table_as
 from mt_magic.storage.versions import RESERVED_OPTIONS, data_source_format
 
-RESULT_LIMIT = 1000
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ class Planner:
         existing = self.ws.store.get(identifier)
         if existing is not None:
             if not statement.or_alter:
-                raise ValidationError(f"Materialized table {identifier} already exists.")
+                raise ValidationError(f"Materialized table {identifier} already exists; CREATE OR ALTER "
+                                      "MATERIALIZED TABLE runs again harmlessly (unchanged when identical).")
             return self._create_or_alter(existing, statement)
         lookup = alongside(self.ws.spark, lookup_table, self.ws.spark, catalog, database, name)
         try:
@@ -160,12 +162,20 @@ class Planner:
         changes: dict = {"options": dict(statement.options), "comment": statement.comment}
         if statement.columns or statement.primary_key or statement.watermark:
             changes.update(primary_key=schema.primary_key, watermark=schema.watermark)
-        appended = self._appended(table, statement.query, analyzed, schema.columns, changes)
         decision = None
         if statement.freshness:
             freshness = IntervalFreshness.from_literal(statement.freshness)
             if str(freshness) != table.freshness:
                 decision = self.ws.decide_mode(freshness, table.logical_refresh_mode)
+        if decision is None and analyzed.definition_query == table.definition_query and \
+                schema.columns == table.columns and changes["options"] == table.options and \
+                changes["comment"] == table.comment and \
+                changes.get("primary_key", table.primary_key) == table.primary_key and \
+                changes.get("watermark", table.watermark) == table.watermark:
+            # A notebook run again: nothing to change, and a streaming job keeps running.
+            return _plan(f"would leave materialized table {table.identifier} unchanged",
+                         lambda: Result.ok(f"Materialized table {table.identifier} is unchanged."))
+        appended = self._appended(table, statement.query, analyzed, schema.columns, changes)
         return _plan(f"would alter materialized table {table.identifier}",
                      lambda: self.lifecycle.create_or_alter(table, statement.query, analyzed, appended,
                                                             changes, decision))
@@ -310,8 +320,8 @@ class Planner:
             raise ValidationError("WATERMARK has no meaning for a table written once by CREATE TABLE AS.")
         mode = REPLACE if statement.or_replace else IF_NOT_EXISTS if statement.if_not_exists else CREATE
         spark = self.ws.spark
-        target = plan_target(spark, self.ws.analyzer.resolve(statement.name), statement.options, mode,
-                             statement.partition_keys, statement.comment)
+        parts = check_folder_names(self.ws.analyzer.resolve(statement.name))
+        target = plan_target(spark, parts, statement.options, mode, statement.partition_keys, statement.comment)
         source = spark_call(lambda: spark.sql(statement.query), "The query")
         schema = derive_schema(statement, source.schema, computed_type(lambda: source))
         check_partition_keys(statement.partition_keys, schema.columns)
@@ -329,7 +339,7 @@ class Planner:
             parts = statement.database.parts
             catalog, database = (parts if len(parts) == 2 else (catalog, parts[0]))
             catalog, database = analyzer.normalize(catalog), analyzer.normalize(database)
-            if not self.ws.spark.catalog.databaseExists(f"{catalog}.{database}"):
+            if not self.ws.spark.catalog.databaseExists(f"{quote_identifier(catalog)}.{quote_identifier(database)}"):
                 raise ValidationError(f"Database '{catalog}'.'{database}' doesn't exist.")
 
         def show() -> Result:
@@ -399,17 +409,39 @@ class Planner:
 
     # ============================================================ Spark
     def _spark(self, statement: st.Statement) -> Plan:
-        """Spark validates its own statements when they run; a dry run has Spark parse them."""
+        """Spark validates its own statements when they run; a dry run has Spark parse them. A
+        materialized table is written only by its pipeline: Spark statements that write or alter one
+        are refused, naming the statement to use."""
         spark = self.ws.spark
+        written = written_table(statement.text)
+        if written is not None:
+            verb, ref, after = written
+            identifier = ".".join(self.ws.analyzer.resolve(st.ObjectName(ref.parts)))
+            if self.ws.store.get(identifier) is not None:
+                raise ValidationError(f"{identifier} is a materialized table: {verb} does not apply to it "
+                                      f"({_instead(verb, after)}).")
 
         def run() -> Result:
             frame = spark_call(lambda: spark.sql(statement.text), "Spark")
             if not frame.columns:
                 return Result.ok()
-            rows = spark_call(lambda: frame.limit(RESULT_LIMIT + 1).collect(), "Spark")
-            return Result.table(frame.columns, [tuple(r) for r in rows[:RESULT_LIMIT]],
-                                truncated=len(rows) > RESULT_LIMIT)
+            limit = int(self.ws.options.get(cfg.RESULT_ROWS))
+            rows = spark_call(lambda: frame.limit(limit + 1).collect(), "Spark")
+            return Result.table(frame.columns, [tuple(r) for r in rows[:limit]], truncated=len(rows) > limit,
+                                frame=frame)
         return Plan(lambda: self.ws.analyzer.check_spark_statement(statement.text), run)
+
+
+def _instead(verb: str, after: str) -> str:
+    if verb == "ALTER TABLE":
+        if after == "RENAME":
+            return "its name is its identity in the catalog store: drop it and create it under the new name"
+        if after == "ADD":
+            return "append columns with ALTER MATERIALIZED TABLE … AS and a query that produces them"
+        return ("its storage, partitions and properties are managed by its refreshes: use ALTER MATERIALIZED "
+                "TABLE … SET (…) / RESET for its options")
+    return ("it is written only by its refreshes: use ALTER MATERIALIZED TABLE … REFRESH [PARTITION (…)], or "
+            "change what it holds with ALTER MATERIALIZED TABLE … AS")
 
 
 def _check_reserved(table: MaterializedTable, new: Mapping[str, str], keys: list[str]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
@@ -65,7 +65,7 @@ def derive_schema(statement: TableDefinition, query: T.StructType,
         columns = _typed(statement, query, by_name, computed_type)
     primary_key = _primary_key(statement, columns)
     if primary_key:
-        _check_primary_key(primary_key, columns)
+        columns = _check_primary_key(primary_key, columns)
     watermark = None
     if statement.watermark:
         names = [c.name for c in columns]
@@ -155,17 +155,22 @@ def _primary_key(statement, columns: list[Column]) -> dict | None:
     return {"name": name or "PK_" + "_".join(names), "columns": names}
 
 
-def _check_primary_key(primary_key: dict, columns: list[Column]) -> None:
+def _check_primary_key(primary_key: dict, columns: list[Column]) -> list[Column]:
+    """Key columns are NOT NULL by declaration, as in Flink's CREATE TABLE: Spark's file tables call
+    every column nullable, so the query's nullability cannot decide; a refresh that meets a NULL key
+    fails, naming the column, and publishes nothing. The key stays NOT ENFORCED."""
     by_name = {c.name.lower(): c for c in columns}
+    keys = {name.lower() for name in primary_key["columns"]}
     for name in primary_key["columns"]:
         column = by_name.get(name.lower())
         if column is None:
             raise ValidationError(f"Primary key column '{name}' not defined in the query schema. "
                                   f"Available columns: {_names([c.name for c in columns])}")
-        if column.nullable:
+        if column.computed is not None and column.nullable:
             raise ValidationError(f"Could not create a PRIMARY KEY with nullable column '{name}'.\n"
                                   "A PRIMARY KEY column must be declared on non-nullable physical "
                                   "columns.")
+    return [replace(c, nullable=False) if c.name.lower() in keys else c for c in columns]
 
 
 def check_partition_keys(partition_keys: Sequence[str], columns: Sequence[Column]) -> tuple[str, ...]:

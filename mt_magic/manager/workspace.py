@@ -21,6 +21,15 @@ from mt_magic.sql.parser import parse
 SESSION_CATALOG = "spark_catalog"
 
 
+def check_folder_names(parts: tuple[str, str, str]) -> tuple[str, str, str]:
+    """Names become folders under the data directory: none may lead out of it, or hold a separator."""
+    for part in parts:
+        if part in (".", "..") or any(c in part for c in "/\\\0"):
+            raise ValidationError(f"Table name {'.'.join(parts)}: a name part may not be '.' or '..' nor "
+                                  "hold '/', '\\' or NUL, because it names a folder of the table's data.")
+    return parts
+
+
 class Workspace:
     """One session and one catalog store, and the lookups every statement needs."""
 
@@ -38,7 +47,7 @@ class Workspace:
         return statement[0].name  # type: ignore[attr-defined]
 
     def identifier(self, name: st.ObjectName) -> tuple[str, str, str]:
-        catalog, database, table = self.analyzer.resolve(name)
+        catalog, database, table = check_folder_names(self.analyzer.resolve(name))
         if catalog != SESSION_CATALOG:
             raise ValidationError(f"Materialized table {'.'.join((catalog, database, table))}: only the "
                                   f"session catalog '{SESSION_CATALOG}' can hold materialized tables.")

@@ -120,7 +120,7 @@ class Dashboard(widgets.VBox):
         return statuses
 
     def _show(self, statuses: list[TableStatus]) -> None:
-        now = self._clock()
+        now = self._clock().astimezone(self.gateway.zone())
         owner = f"<small>Catalog store {_e(self.gateway.store.path)}: {_e(owner_text(self.gateway.owner()))}</small>"
         with self._lock:
             if owner != self.owner.value:
@@ -231,7 +231,7 @@ def _detail_html(s: TableStatus | None, now: datetime) -> str:
     if s is None:
         return ""
     history = "".join(
-        f"<tr>{_CELL}{_e(_local(r.started_at))}</td>{_CELL}{_e(r.target)}</td>{_CELL}{r.duration_s:.2f} s</td>"
+        f"<tr>{_CELL}{_e(_local(r.started_at, now.tzinfo))}</td>{_CELL}{_e(r.target)}</td>{_CELL}{r.duration_s:.2f} s</td>"
         f"{_CELL}{'' if r.rows is None else r.rows}</td>{_CELL}{_e(r.outcome)}</td>"
         f"{_CELL}{_e(_shorten(r.error or ''))}</td></tr>" for r in reversed(s.history))
     head = "".join(f"<th style='text-align:left;padding:2px 4px'>{c}</th>"
@@ -253,11 +253,12 @@ def _refresh_text(r: Refresh, now: datetime) -> str:
 def _when(moment: datetime, now: datetime) -> str:
     delta = moment - now
     relative = f"in {_duration(delta)}" if delta.total_seconds() >= 0 else f"{_duration(-delta)} ago"
-    return f"{_local(moment)} ({relative})"
+    return f"{_local(moment, now.tzinfo)} ({relative})"
 
 
-def _local(moment: datetime) -> str:
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+def _local(moment: datetime, zone) -> str:
+    """In the session's time zone, which the schedules use too (not the kernel's)."""
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
 
 
 _UNITS = (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1))

@@ -33,6 +33,23 @@ class ResultView:
         return self.result.message
 
     @property
+    def df(self):
+        """The Spark DataFrame of a query's result (every row, whatever the display limit); None for
+        statements that return no query."""
+        return self.result.frame
+
+    def to_pandas(self):
+        """Every row as a pandas DataFrame (pandas: `pip install "mt-magic[pandas]"`)."""
+        if self.result.frame is not None:
+            return self.result.frame.toPandas()
+        import pandas
+        return pandas.DataFrame(self.result.rows, columns=self.result.columns)
+
+    @property
+    def _table(self) -> bool:
+        return bool(self.result.columns) and not self.result.brief
+
+    @property
     def _shown(self) -> list[tuple]:
         return self.result.rows[:self.limit]
 
@@ -48,7 +65,7 @@ class ResultView:
 
     def _repr_html_(self) -> str:
         earlier = "".join(f"<pre>{html.escape(m)}</pre>" for m in self._earlier)
-        if not self.result.columns:
+        if not self._table:
             return f"{earlier}<pre>{html.escape(self.result.message)}</pre>"
         head = "".join(f"<th>{html.escape(str(c))}</th>" for c in self.result.columns)
         body = "".join("<tr>" + "".join(f"{_CELL}{html.escape(_text(v))}</td>" for v in row) + "</tr>"
@@ -57,7 +74,7 @@ class ResultView:
         return f"{earlier}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
 
     def __repr__(self) -> str:
-        if not self.result.columns:
+        if not self._table:
             return "\n".join([*self._earlier, self.result.message])
         lines = [*self._earlier, " | ".join(self.result.columns)]
         lines += [" | ".join(_text(v) for v in row) for row in self._shown]

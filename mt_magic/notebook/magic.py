@@ -121,11 +121,12 @@ class MtMagics(Magics):
               [COMMENT '...'] [PARTITIONED BY (cols)] [WITH ('key' = 'value', ...)]
               [FRESHNESS = INTERVAL 'n' unit] [REFRESH_MODE = FULL | CONTINUOUS] AS query
           ALTER MATERIALIZED TABLE name SUSPEND | RESUME [WITH (...)]
-              | REFRESH [PARTITION (k = 'v', ...)] | AS query
+              | REFRESH [PARTITION (k = 'v', ...)] | BACKFILL FROM 'start' TO 'end' | AS query
               | SET FRESHNESS = INTERVAL ... | SET REFRESH_MODE = ... | SET (...) | RESET (...)
           DROP MATERIALIZED TABLE [IF EXISTS] name
           SHOW MATERIALIZED TABLES [FROM db] [[NOT] LIKE 'pattern']
           SHOW CREATE MATERIALIZED TABLE name;  DESCRIBE [EXTENDED] name
+          EXPLAIN ALTER MATERIALIZED TABLE name REFRESH [PARTITION (...)];  EXPLAIN CREATE ...
           CREATE [OR REPLACE] TABLE name [...] AS query;  SET 'key' = 'value';  RESET ['key']
           anything else goes to spark.sql unchanged.
 
@@ -214,12 +215,18 @@ def _split_line(line: str, parser) -> tuple[str, str]:
     return " ".join(flags), rest
 
 
+# IPython's magic_arguments starts the help with reST's '::'; `%%mtsql?` shows it as it is.
+MtMagics.mtsql.__doc__ = MtMagics.mtsql.__doc__.removeprefix("::\n\n")
+
+_NULL_HANDLER = logging.NullHandler()
+
+
 def load(shell) -> None:
     """One MtMagics (so one Gateway) per shell; loading again is harmless."""
     if _STATE_KEY in shell.__dict__:
         return
     for name in _QUIET_LOGGERS:     # no library log line may land in whatever cell runs
-        logging.getLogger(name).addHandler(logging.NullHandler())
+        logging.getLogger(name).addHandler(_NULL_HANDLER)
     silence_client_logs()
     magics = MtMagics(shell=shell)
     shell.register_magics(magics)
@@ -233,6 +240,8 @@ def unload(shell) -> None:
         return
     magics.close()
     restore_client_logs()
+    for name in _QUIET_LOGGERS:     # other packages' loggers are left as they were
+        logging.getLogger(name).removeHandler(_NULL_HANDLER)
     for kind in ("cell", "line"):
         shell.magics_manager.magics[kind].pop("mtsql", None)
     shell.magics_manager.lazy_magics.pop("mtsql", None)

@@ -204,7 +204,7 @@ def silence_client_logs() -> None:
     """PySpark logs every failed query as JSON on stderr, py4j its bridge: in a notebook such lines
     land in whatever cell runs, and mt_magic reports the user's errors itself."""
     from pyspark.logger import PySparkLogger
-    logging.getLogger("py4j").addHandler(logging.NullHandler())
+    logging.getLogger("py4j").addHandler(_NULL_HANDLER)
     for name in _QUERY_ERROR_LOGGERS:
         PySparkLogger.getLogger(name).disabled = True
 
@@ -215,6 +215,10 @@ def quiet_library_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+_NULL_HANDLER = logging.NullHandler()
+
+
 def restore_client_logs() -> None:
+    logging.getLogger("py4j").removeHandler(_NULL_HANDLER)
     for name in _QUERY_ERROR_LOGGERS:
         logging.getLogger(name).disabled = False

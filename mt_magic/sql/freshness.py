@@ -33,6 +33,8 @@ class FreshnessLiteral:
     to_unit: str | None = None
 
 
+MAX_FRESHNESS_S = 3650 * 86400          # ten years: longer is a typo, and overflows dates
+
 @dataclass(frozen=True)
 class IntervalFreshness:
     interval: int
@@ -45,10 +47,13 @@ class IntervalFreshness:
             raise ValidationError(
                 "Materialized table freshness only support SECOND, MINUTE, HOUR, DAY as the time unit.")
         text = literal.value.strip()
-        if not text.isdigit() or int(text) <= 0:
+        if not (text.isascii() and text.isdigit()) or int(text) <= 0:
             raise ValidationError(
                 "The freshness interval currently only supports positive integer type values. "
                 f"But was: {text}")
+        if int(text) * _UNIT_SECONDS[unit] > MAX_FRESHNESS_S:
+            raise ValidationError(f"The freshness interval {text} {unit} is longer than the longest "
+                                  f"supported, {MAX_FRESHNESS_S // 86400} DAY.")
         return cls(int(text), unit)
 
     @classmethod

@@ -441,7 +441,11 @@ class _Parser:
         self.expect_symbol("(")
         spec: dict[str, str] = {}
         while True:
+            name = self.token
             key = self.identifier()
+            if key.lower() in (k.lower() for k in spec):     # Spark compares names case-insensitively
+                raise self.error("", token=name, message=f"Partition key '{key}' is given twice in the "
+                                                         "PARTITION spec.")
             self.expect_symbol("=")
             token = self.token
             if token.kind is Kind.STRING:

@@ -156,3 +156,22 @@ def is_query(text: str) -> bool:
         if depth == 0 and token.is_word("INSERT"):
             return False
     return True
+
+
+# Statements that write a table, and the words before the table's name.
+_WRITES = (("INSERT", "INTO", "TABLE"), ("INSERT", "OVERWRITE", "TABLE"), ("INSERT", "INTO"),
+           ("INSERT", "OVERWRITE"), ("TRUNCATE", "TABLE"), ("ALTER", "TABLE"), ("DELETE", "FROM"),
+           ("UPDATE",), ("MERGE", "INTO"))
+
+
+def written_table(text: str) -> tuple[str, NameRef, str] | None:
+    """The table a Spark statement writes or alters: (its leading words, the name, the word after
+    the name), or None for statements that write no table."""
+    tokens = tokenize(text)
+    for words in _WRITES:
+        if len(tokens) > len(words) and all(t.is_word(w) for t, w in zip(tokens, words)):
+            found = name_at(tokens, len(words))
+            if found is not None:
+                ref, after = found
+                return " ".join(words), ref, tokens[after].value.upper() if after < len(tokens) else ""
+    return None

@@ -1,4 +1,10 @@
-"""Tokens with positions, from sqlparse's lexer, and the split of a text into statements."""
+"""Tokens with positions, and the split of a text into statements.
+
+String literals, quoted identifiers and comments are read here by Spark's own lexical rules (one
+definition, shared with the literal writer `statements.sql_string`): a backslash escapes the next
+character, `''` is a quote, `R'…'` is raw, block comments nest. Only the code between them goes
+through sqlparse's lexer for words, numbers and symbols.
+"""
 
 from __future__ import annotations
 
@@ -46,8 +52,12 @@ class Segment:
 
 
 _WORD_RUN = re.compile(r"\S+")
-_STRING_ESCAPE = re.compile(r"\\(.)|''", re.DOTALL)
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+_STRING = re.compile(r"'(?:[^'\\]|\\.|'')*'" + r'|"(?:[^"\\]|\\.|"")*"', re.DOTALL)
+_RAW_STRING = re.compile(r"""[rR](?:'[^']*'|"[^"]*")""")
+_QUOTED_NAME = re.compile(r"`(?:[^`]|``)*`")
+_STRING_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|[0-7]{3}|.)|''" + r'|""', re.DOTALL)
+# Spark's unescapeSQLString: \% and \_ keep their backslash (they mean something to LIKE).
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "b": "\b", "Z": "\x1a", "%": "\\%", "_": "\\_"}
 
 
 def _classify(ttype) -> Kind | None:
@@ -57,23 +67,82 @@ def _classify(ttype) -> Kind | None:
         return Kind.STRING
     if ttype in T.Number:
         return Kind.NUMBER
-    if ttype in T.Punctuation or ttype in T.Operator or ttype in T.Wildcard:
+    if ttype in T.Punctuation or ttype in T.Operator or ttype in T.Wildcard or ttype in T.Error:
         return Kind.SYMBOL
     return Kind.WORD
+
+
+def _spans(text: str) -> list[tuple[Kind | None, int, int]]:
+    """The text cut into code (kind None), strings, quoted names and comments (dropped)."""
+    spans: list[tuple[Kind | None, int, int]] = []
+    code = i = 0
+    while i < len(text):
+        char = text[i]
+        found: tuple[Kind | None, int] | None = None
+        if char in "rR" and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")) \
+                and (match := _RAW_STRING.match(text, i)):
+            found = (Kind.STRING, match.end())
+        elif char in "'\"" and (match := _STRING.match(text, i)):
+            found = (Kind.STRING, match.end())
+        elif char == "`" and (match := _QUOTED_NAME.match(text, i)):
+            found = (Kind.QUOTED, match.end())
+        elif text.startswith("--", i):
+            newline = text.find("\n", i)
+            found = (None, len(text) if newline < 0 else newline)
+        elif text.startswith("/*", i) and (end := _comment_end(text, i)) is not None:
+            found = (None, end)
+        if found is None:
+            i += 1
+            continue
+        if code < i:
+            spans.append((None, code, i))
+        kind, end = found
+        if kind is not None:
+            spans.append((kind, i, end))
+        code = i = end
+    if code < len(text):
+        spans.append((None, code, len(text)))
+    return spans
+
+
+def _comment_end(text: str, start: int) -> int | None:
+    """Just past the `*/` closing the block comment at `start`, nested ones included; None when it
+    is never closed (the `/*` then reaches the parser, which says so)."""
+    depth, i = 0, start
+    while i < len(text) - 1:
+        pair = text[i:i + 2]
+        if pair == "/*":
+            depth, i = depth + 1, i + 2
+        elif pair == "*/":
+            depth, i = depth - 1, i + 2
+            if depth == 0:
+                return i
+        else:
+            i += 1
+    return None
 
 
 def tokenize(text: str) -> list[Token]:
     """Every significant token of `text`; multi-word keywords ('NOT NULL') become single words."""
     result: list[Token] = []
-    offset = 0
-    for ttype, value in lexer.tokenize(text):
+    for kind, start, end in _spans(text):
+        if kind is Kind.STRING:
+            result.append(Token(Kind.STRING, text[start:end], start, end))
+        elif kind is Kind.QUOTED:
+            result.append(Token(Kind.QUOTED, text[start + 1:end - 1].replace("``", "`"), start, end))
+        else:
+            result.extend(_code_tokens(text[start:end], start))
+    return result
+
+
+def _code_tokens(code: str, offset: int) -> list[Token]:
+    result: list[Token] = []
+    for ttype, value in lexer.tokenize(code):
         start, offset = offset, offset + len(value)
         kind = _classify(ttype)
         if kind is None:
             continue
-        if kind is Kind.WORD and value.startswith("`"):
-            result.append(Token(Kind.QUOTED, value[1:-1].replace("``", "`"), start, offset))
-        elif kind in (Kind.WORD, Kind.SYMBOL) and _WORD_RUN.fullmatch(value) is None:
+        if kind in (Kind.WORD, Kind.SYMBOL) and _WORD_RUN.fullmatch(value) is None:
             # multi-word keywords and operators ('NOT NULL', 'NOT LIKE') arrive as one token
             for run in _WORD_RUN.finditer(value):
                 result.append(Token(Kind.WORD, run.group(), start + run.start(), start + run.end()))
@@ -106,13 +175,21 @@ def _segment(tokens: list[Token]) -> Segment:
 
 
 def unquote_string(token: Token) -> str:
-    """The value of a Spark string literal: backslash escapes and doubled quotes resolved."""
+    """The value of a Spark string literal: backslash escapes and doubled quotes resolved, a raw
+    literal (R'…') as written."""
+    if token.value[0] in "rR":
+        return token.value[2:-1]
     body = token.value[1:-1]
 
     def replace(match: re.Match) -> str:
-        if match.group(0) == "''":
-            return "'"
-        return _ESCAPES.get(match.group(1), match.group(1))
+        if match.group(1) is None:           # '' or ""
+            return match.group(0)[0]
+        escaped = match.group(1)
+        if len(escaped) == 5:
+            return chr(int(escaped[1:], 16))
+        if len(escaped) == 3:
+            return chr(int(escaped, 8))
+        return _ESCAPES.get(escaped, escaped)
 
     return _STRING_ESCAPE.sub(replace, body)
 
