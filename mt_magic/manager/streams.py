@@ -33,6 +33,8 @@ def trigger_seconds(ws: Workspace, table: MaterializedTable) -> float:
 
 
 class Streams:
+    """The streaming strategy's jobs: started with their own settings, watched, suspended, restarted."""
+
     def __init__(self, ws: Workspace, scheduler: RefreshScheduler, snapshots: Snapshots,
                  recompute: Callable[[MaterializedTable], MaterializedTable],
                  on_batch: Callable[[str, dict], None]) -> None:
@@ -199,7 +201,6 @@ class Streams:
                 self.failed(identifier, spark_message(error))
             except MaterializedTableError:
                 log.warning("Restarting the continuous refresh job of %s failed: %s", identifier, error)
-
 
 
 def _watch_id(identifier: str) -> str:
