@@ -230,11 +230,12 @@ def test_show_materialized_tables(spark, gw, daily, db):
     assert gw.execute("SHOW MATERIALIZED TABLES FROM default")[0].rows == []
     with pytest.raises(ValidationError, match="Database 'spark_catalog'.'nope' doesn't exist."):
         gw.execute("SHOW MATERIALIZED TABLES FROM nope")
-    spark.sql("CREATE DATABASE IF NOT EXISTS `2024`")       # a name Spark must get quoted
+    digits = f"9{os.getpid()}"                           # a name Spark must get quoted, this test's own
+    spark.sql(f"CREATE DATABASE `{digits}`")
     try:
-        assert gw.execute("SHOW MATERIALIZED TABLES FROM `2024`")[0].rows == []
+        assert gw.execute(f"SHOW MATERIALIZED TABLES FROM `{digits}`")[0].rows == []
     finally:
-        spark.sql("DROP DATABASE `2024`")
+        spark.sql(f"DROP DATABASE `{digits}` CASCADE")
 
 
 def test_show_create_and_describe(gw, daily):
