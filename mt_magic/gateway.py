@@ -19,6 +19,7 @@ from mt_magic import errors
 from mt_magic.catalog.lease import Holder, OwnerKind
 from mt_magic.errors import MaterializedTableError, SparkError
 from mt_magic.manager.describe import describe_dict
+from mt_magic.manager.leftovers import SWEEP_EVERY_S, clear_leftovers, sweep_retired
 from mt_magic.manager.lifecycle import Lifecycle
 from mt_magic.manager.ownership import Ownership, Role
 from mt_magic.manager.pipelines import PipelineState, Pipelines
@@ -106,7 +107,9 @@ class Gateway:
         with self._owning:
             self.pipelines.owner = True
             quiet_background_output(self.spark)     # background jobs never print into cells
-            self.restore_warnings = self.pipelines.restore()
+            self.restore_warnings = clear_leftovers(self._ws) + self.pipelines.restore()
+            self.pipelines.scheduler.every("mt_magic:retired-folders", SWEEP_EVERY_S,
+                                           lambda: sweep_retired(self._ws))
             self.pipelines.catch_up()          # fires missed while nobody owned the store
 
     def _disown(self) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
+from mt_magic.catalog.pending import PendingWrites
+from mt_magic.config import catalog_store_path
 from mt_magic.errors import ValidationError
 from mt_magic.results import Result
 from mt_magic.spark.analysis import QueryAnalyzer
@@ -64,7 +66,8 @@ class TablePipeline:
 
     def execute(self) -> Result:
         """Runs the write: the table appears complete, or not at all."""
-        return write_table_as(self._frame.sparkSession, self._frame, self._target)
+        pending = PendingWrites(catalog_store_path(None))    # the default store's owner recovers a kill
+        return write_table_as(self._frame.sparkSession, self._frame, self._target, pending)
 
     def __repr__(self) -> str:
         return f"TablePipeline({self._target.identifier}, {self._target.mode})"

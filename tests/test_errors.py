@@ -69,3 +69,17 @@ def test_a_short_zone_id_as_spark_accepts_it(spark, gw, sales, store_path):
             assert again.describe("t")["next_refresh"] is not None
     finally:
         spark.conf.unset("spark.sql.session.timeZone")
+
+
+def test_a_failed_initial_refresh_is_one_clean_line(gw, spark, db, tmp_path):
+    """A source file Spark cannot read (here: not Parquet at all) fails CREATE's first refresh."""
+    folder = tmp_path / "broken"
+    spark.range(3).write.parquet(str(folder))
+    (folder / "part-99999-broken.parquet").write_bytes(b"not parquet at all")
+    spark.sql(f"CREATE TABLE broken (id BIGINT) USING parquet LOCATION 'file:{folder}'")
+    with pytest.raises(MaterializedTableError) as caught:
+        gw.execute("CREATE MATERIALIZED TABLE m REFRESH_MODE = FULL AS SELECT id FROM broken")
+    message = str(caught.value)
+    assert message.startswith("Failed to create materialized table") and "initial refresh" in message
+    assert not BRIDGE_TEXT.search(message), message
+    assert len(message.splitlines()) == 1 and gw.store.list() == []

@@ -6,9 +6,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from helpers import table_rows, wait_for
 from mt_magic import Gateway
+from mt_magic.catalog.store import CatalogStore
 
 
 def write_source(spark, path: str, gen: int, pause_ms: int) -> None:
@@ -53,3 +55,80 @@ def test_sigkill_mid_refresh_keeps_the_old_version(spark, db, tmp_path, store_pa
         assert restarted.describe("mt")["refresh_status"] == "ACTIVATED"
     finally:
         restarted.close()
+
+
+def run_until_killed(tmp_path, script: str, *args: str) -> str:
+    """Run a test script that SIGKILLs itself at its chosen point; its output, and its JVM gone too."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    worker = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), script), *args],
+                              stdout=subprocess.PIPE, stderr=open(tmp_path / f"{script}.log", "w"), env=env,
+                              start_new_session=True, text=True, cwd=str(tmp_path))
+    try:
+        output, _ = worker.communicate(timeout=240)
+    finally:
+        try:
+            os.killpg(worker.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        worker.wait(30)
+    assert worker.returncode == -signal.SIGKILL and "killed" in output and "finished" not in output, \
+        (tmp_path / f"{script}.log").read_text()[-3000:]
+    return output
+
+
+def test_sigkill_mid_drop_leaves_no_table_and_the_next_owner_deletes_the_rest(spark, db, sales, tmp_path,
+                                                                              store_path):
+    gateway = Gateway(spark, catalog_store=store_path)
+    gateway.execute("CREATE MATERIALIZED TABLE mt PARTITIONED BY (ds) REFRESH_MODE = FULL AS "
+                    "SELECT ds, product_id, amount FROM sales")
+    identifier = gateway.describe("mt")["identifier"]
+    root = gateway.store.get(identifier).storage.root.removeprefix("file:")
+    gateway.close()
+
+    run_until_killed(tmp_path, "kill_drop.py", store_path, str(tmp_path / "wh2"), identifier)
+    assert os.path.isdir(root)                                 # killed while deleting the data …
+    assert CatalogStore(store_path).get(identifier) is None    # … after the table was gone for every reader
+    assert spark.catalog.tableExists(f"{db}.mt")               # a persistent catalog still has its entry
+
+    restarted = Gateway(spark, catalog_store=store_path)
+    try:
+        assert not spark.catalog.tableExists(f"{db}.mt") and not os.path.exists(root)
+        assert restarted.store.dropping() == []
+        restarted.execute("CREATE MATERIALIZED TABLE mt REFRESH_MODE = FULL AS SELECT * FROM sales")
+        assert table_rows(spark, "mt") == table_rows(spark, "sales")
+    finally:
+        restarted.close()
+
+
+def test_sigkill_between_the_renames_of_a_replace_is_swept_by_the_next_owner(spark, db, tmp_path, store_path):
+    warehouse = tmp_path / "wh2"
+    run_until_killed(tmp_path, "kill_table_as.py", store_path, str(warehouse), db)
+    folder = warehouse / f"{db}.db" / "t"
+    old, new = sorted(os.listdir(folder))          # the table's version folders, oldest first
+    # the killed process's in-memory catalog died with it: its folders are all that is left
+    restarted = Gateway(spark, catalog_store=store_path)
+    try:
+        assert os.listdir(folder) == [old]         # the unpublished one deleted, the old one retired
+        pending = os.path.join(os.path.dirname(store_path), ".pending")
+        assert [n.split("-")[0] for n in os.listdir(pending) if not n.startswith(".")] == ["retired"]
+    finally:
+        restarted.close()
+
+
+def test_a_write_killed_inside_the_store_leaves_no_temporary_file_for_long(spark, db, tmp_path, store_path):
+    code = ("import os, signal, sys\n"
+            "os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "from mt_magic.catalog.store import CatalogStore\n"
+            "CatalogStore(sys.argv[1])\n")
+    worker = subprocess.run([sys.executable, "-c", code, store_path], env={**os.environ, "PYTHONPATH": os.pathsep.join(
+        sys.path)}, timeout=60)
+    assert worker.returncode == -signal.SIGKILL
+    folder = os.path.dirname(store_path)
+    (torn,) = [n for n in os.listdir(folder) if n.endswith(".tmp")]
+    gateway = Gateway(spark, catalog_store=store_path)        # a write this young may still be in flight
+    gateway.close()
+    assert os.path.exists(os.path.join(folder, torn))
+    os.utime(os.path.join(folder, torn), (time.time() - 3600,) * 2)
+    gateway = Gateway(spark, catalog_store=store_path)
+    gateway.close()
+    assert not [n for n in os.listdir(folder) if n.endswith(".tmp")]

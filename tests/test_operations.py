@@ -4,14 +4,17 @@ coalesced fires, dependency order, backfill, EXPLAIN."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from helpers import table_rows, wait_for
 
 from mt_magic import Gateway, MaterializedTableError
+from mt_magic.manager.pipelines import RECENT
+from mt_magic.notebook.status import table_statuses
 from mt_magic.refresh.scheduler import RefreshScheduler, zone_named
 from mt_magic.sql.freshness import IntervalFreshness
 
@@ -197,3 +200,23 @@ def test_a_stream_that_cannot_restart_is_suspended_not_left_activated(spark, db,
         assert any("sums" in w for w in second.restore_warnings)
     finally:
         second.close()
+
+
+def test_failed_refreshes_leave_no_version_and_the_data_age_stays_that_of_the_published_one(spark, db, sales,
+                                                                                           store_path):
+    gateway = Gateway(spark, catalog_store=store_path)
+    try:
+        gateway.execute("CREATE MATERIALIZED TABLE checked REFRESH_MODE = FULL AS "
+                        "SELECT ds, assert_true(amount < 100, 'amount too large') AS ok, amount FROM sales")
+        root = gateway.store.get(gateway.describe("checked")["identifier"]).storage.root.removeprefix("file:")
+        versions = sorted(os.listdir(root))
+        spark.sql("INSERT INTO sales VALUES ('2024-01-03', 9, 1000.0)")
+        for _ in range(RECENT + 1):             # more failures than the dashboard reads of the history
+            with pytest.raises(MaterializedTableError, match="amount too large"):
+                gateway.execute("ALTER MATERIALIZED TABLE checked REFRESH")
+        assert sorted(os.listdir(root)) == versions
+        assert all(e["outcome"] == "FAILED" for e in gateway.history("checked", limit=RECENT))
+        (status,) = table_statuses(gateway)
+        assert status.data_age is not None and status.data_age < timedelta(minutes=5)
+    finally:
+        gateway.close()

@@ -7,6 +7,7 @@ import os
 from helpers import table_rows, published_partitions
 from mt_magic import Gateway
 from mt_magic.catalog.model import INITIALIZING
+from mt_magic.storage.versions import TableStorage
 
 
 def forget_spark_tables(spark, db):
@@ -100,3 +101,31 @@ def test_only_the_owner_sweeps_and_never_a_write_in_flight(spark, db, sales, sto
     finally:
         client.close()
         owner.close()
+
+
+def test_spark_left_on_an_unrecorded_version_is_put_back_and_that_version_outlives_the_sweep(
+        spark, db, sales, store_path):
+    """A kill between a publish and its record leaves a persistent catalog (Hive; here, this
+    session's) on a version the store does not name: the sweep never deletes what Spark reads, and
+    the next owner puts Spark back on the store's version."""
+    first = Gateway(spark, catalog_store=store_path)
+    first.execute("CREATE MATERIALIZED TABLE t REFRESH_MODE = FULL AS SELECT * FROM sales")
+    spark.sql("INSERT INTO sales VALUES ('2024-01-09', 9, 9.0)")
+    first.execute("ALTER MATERIALIZED TABLE t REFRESH")
+    record = first.store.get(first.describe("t")["identifier"])
+    first.close()
+    root = record.storage.root.removeprefix("file:")
+    (older,) = [os.path.join(root, n) for n in os.listdir(root)
+                if n.startswith("v-") and not record.storage.location.endswith(n)]
+    spark.sql(f"ALTER TABLE t SET LOCATION 'file:{older}'")
+    storage = TableStorage(spark)
+    for _ in range(2):                                   # marks it, then would delete it
+        storage.sweep(record, 0.0)
+    assert os.path.isdir(older) and spark.table("t").count() == 4
+
+    second = Gateway(spark, catalog_store=store_path)
+    try:
+        assert spark.table("t").count() == 5
+        assert table_rows(spark, "t") == table_rows(spark, "sales")
+    finally:
+        second.close()

@@ -35,8 +35,24 @@ def test_round_trip(tmp_path):
     store.put(table)
     assert store.get("spark_catalog.db.t") == table
     assert [t.identifier for t in store.list()] == ["spark_catalog.db.t"]
-    store.delete("spark_catalog.db.t")
-    assert store.get("spark_catalog.db.t") is None
+    assert store.retire("spark_catalog.db.t") == table
+    assert store.get("spark_catalog.db.t") is None and store.list() == []
+    assert store.dropping() == [table]
+    store.forget("spark_catalog.db.t")
+    assert store.dropping() == [] and store.retire("spark_catalog.db.t") is None
+
+
+def test_a_new_record_replaces_a_retired_one_whole(tmp_path):
+    """CREATE after a DROP that did not finish: the new record is not taken for the dropping one,
+    and finishing the old DROP leaves it alone."""
+    store = CatalogStore(str(tmp_path / "catalog.json"))
+    store.put(record())
+    store.retire("spark_catalog.db.t")
+    fresh = record(options={})
+    store.put(fresh)
+    assert store.get("spark_catalog.db.t") == fresh and store.dropping() == []
+    store.forget("spark_catalog.db.t")
+    assert store.get("spark_catalog.db.t") == fresh
 
 
 def test_refresh_handlers_keep_their_kind(tmp_path):

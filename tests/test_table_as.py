@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 from pyspark.errors import AnalysisException
 
-from mt_magic import MaterializedTableError, parse, save_as
+from mt_magic import Gateway, MaterializedTableError, parse, save_as
+from mt_magic.catalog.pending import PendingWrites
+from mt_magic.storage.table_as import VERSIONS_PROPERTY, table_properties
 from mt_magic.spark.jobs import cancel_jobs
 from mt_magic.sql import statements as st
 from helpers import table_rows
@@ -49,7 +54,9 @@ def test_ctas_without_with_uses_spark_default_source(spark, gw, sales, db):
     assert table_rows(spark, "totals") == {(1, 17.0), (2, 6.5)}
     assert spark.table("totals").schema == spark.sql(
         "SELECT product_id, SUM(amount) AS total FROM sales GROUP BY product_id").schema
-    assert detail(spark, "totals", "Type") == "MANAGED"
+    # its data in a version folder of its own, under the table's folder (replacing it retires that)
+    assert detail(spark, "totals", "Type") == "EXTERNAL"
+    assert versions_of(spark, "totals")[0].endswith(f"{db}.db/totals") and len(versions_of(spark, "totals")[1]) == 1
     assert tables(spark, db) == {"sales", "totals"}
 
 
@@ -95,9 +102,14 @@ def test_failing_ctas_with_path_removes_the_folder_it_made(spark, gw, db, tmp_pa
     assert target.is_dir() and list(target.iterdir()) == []
 
 
+@pytest.mark.parametrize("origin", ["mtsql", "spark"])        # a table of Spark's own is managed
 @pytest.mark.parametrize("partitioned", ["", "PARTITIONED BY (g)"])
-def test_rtas_replaces_and_a_failing_one_keeps_the_old_table(spark, gw, db, partitioned):
-    gw.execute(f"CREATE TABLE t {partitioned} AS SELECT id, CAST(id % 2 AS STRING) AS g FROM range(4)")
+def test_rtas_replaces_and_a_failing_one_keeps_the_old_table(spark, gw, db, partitioned, origin):
+    create = f"CREATE TABLE t {partitioned} AS SELECT id, CAST(id % 2 AS STRING) AS g FROM range(4)"
+    if origin == "spark":
+        spark.sql(create.replace("TABLE t", "TABLE t USING parquet", 1))
+    else:
+        gw.execute(create)
     [result] = gw.execute(f"CREATE OR REPLACE TABLE t {partitioned} AS "
                           "SELECT id * 10 AS id, CAST(id % 3 AS STRING) AS g FROM range(6)")
     assert result.message == f"Replaced table spark_catalog.{db}.t (parquet, 6 rows)."
@@ -236,3 +248,73 @@ def test_cancelled_ctas_leaves_nothing(spark, gw, db):
         worker.join(0.2)
     assert len(errors) == 1 and isinstance(errors[0], MaterializedTableError)
     assert tables(spark, db) == set() and folder_entries(spark, db) == before
+
+
+def versions_of(spark, name: str) -> tuple[str, list[str]]:
+    """The folder a table keeps its versions in, and their names, oldest first."""
+    folder = table_properties(spark, name)[VERSIONS_PROPERTY].removeprefix("file:")
+    return folder, sorted(n for n in os.listdir(folder) if n.startswith("v-")) if os.path.isdir(folder) else []
+
+
+@pytest.mark.parametrize("staged, expected", [(True, 2), (False, 1)])
+def test_a_replace_killed_between_its_renames_is_finished_by_the_next_owner(spark, db, store_path, staged,
+                                                                            expected):
+    """What a kill between REPLACE's renames leaves in a persistent catalog (Hive; here, this
+    session's): the complete new table takes the name (the old version retired), or without it the old
+    one gets it back."""
+    gateway = Gateway(spark, catalog_store=store_path)
+    gateway.execute("CREATE TABLE t AS SELECT 1 AS gen")
+    gateway.close()
+    folder, (old,) = versions_of(spark, "t")
+    new = f"file:{folder}/v-99990101T000000000000-00000000"
+    spark.sql("ALTER TABLE t RENAME TO _mt_replaced_t_0")
+    if staged:
+        spark.sql(f"CREATE TABLE _mt_staging_t_0 USING parquet LOCATION '{new}' "
+                  f"TBLPROPERTIES ('{VERSIONS_PROPERTY}' = 'file:{folder}') AS SELECT 2 AS gen")
+    location = spark.sql(f"DESCRIBE DATABASE EXTENDED {db}").where("info_name = 'Location'").first()[1]
+    pending = PendingWrites(store_path)
+    note_id = pending.begin({"catalog": "spark_catalog", "database": db, "name": "t", "staging": "_mt_staging_t_0",
+                             "backup": "_mt_replaced_t_0", "path": new, "path_existed": False,
+                             "replaced": f"file:{folder}/{old}",
+                             "folders": [f"{location}/_mt_staging_t_0", f"{location}/_mt_replaced_t_0"]})
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    note = os.path.join(pending.folder, note_id + ".json")
+    with open(note) as handle:
+        written = json.load(handle)
+    with open(note, "w") as handle:
+        json.dump({**written, "pid": int(dead.stdout)}, handle)      # its writer is gone
+
+    restarted = Gateway(spark, catalog_store=store_path)
+    try:
+        assert table_rows(spark, "t") == {(expected,)}
+        assert tables(spark, db) == {"t"} and folder_entries(spark, db) == {"t"}
+        assert versions_of(spark, "t")[1] == ([old, os.path.basename(new)] if staged else [old])
+        retired = [n for n in os.listdir(pending.folder) if not n.startswith(".")]
+        assert len(retired) == (1 if staged else 0) and all(n.startswith("retired-") for n in retired)
+    finally:
+        restarted.close()
+
+
+def test_a_reader_of_the_replaced_table_finishes_and_old_versions_go_by_age(spark, db, store_path):
+    gateway = Gateway(spark, catalog_store=store_path,
+                      config={"materialized-table.storage.version-retention": "0 s"})
+    try:
+        gateway.execute("CREATE TABLE t AS SELECT id FROM range(1000)")
+        reader = spark.table("t")           # planned now: a classic session has listed the old files
+        gateway.execute("CREATE OR REPLACE TABLE t AS SELECT id FROM range(10)")
+        assert reader.count() in (1000, 10)  # the old files are still there (Connect re-plans: new ones)
+        assert spark.table("t").count() == 10
+        folder, kept = versions_of(spark, "t")
+        assert len(kept) == 2                # the old version outlives its readers until the owner sweeps
+        gateway.close()
+        gateway = Gateway(spark, catalog_store=store_path,
+                          config={"materialized-table.storage.version-retention": "0 s"})
+        assert versions_of(spark, "t")[1] == kept[1:]
+        gateway.execute("DROP TABLE t")
+        assert os.listdir(folder) == kept[1:]       # a reader of the dropped table finishes too
+        gateway.close()
+        gateway = Gateway(spark, catalog_store=store_path,
+                          config={"materialized-table.storage.version-retention": "0 s"})
+        assert os.listdir(folder) == []
+    finally:
+        gateway.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from typing import Any
 
 from filelock import FileLock
@@ -51,3 +52,22 @@ def write_json(path: str, document: Any, durable: bool = False) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def remove_stale_temporaries(folders: list[str], older_than_s: float) -> list[str]:
+    """Temporary files a killed writer left (a write takes milliseconds: an old one is dead)."""
+    removed = []
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                if name.endswith(".tmp") and time.time() - os.path.getmtime(path) > older_than_s:
+                    os.unlink(path)
+                    removed.append(path)
+            except FileNotFoundError:
+                pass
+    return removed

@@ -115,6 +115,7 @@ class MaterializedTable:
     # "partitions": {value: digest}} (a None digest: the source's state cannot be determined).
     source_snapshot: dict[str, Any] = field(default_factory=dict)
     last_refresh: RefreshOutcome | None = None
+    published_at: str | None = None      # when the version readers see was published (data age)
     consecutive_failures: int = 0        # failed runs (after retries) since the last success
     suspend_reason: str | None = None    # why the pipeline suspended the table itself
     created_at: str = field(default_factory=now_iso)

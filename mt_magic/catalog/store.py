@@ -18,6 +18,7 @@ from mt_magic.errors import MaterializedTableError
 
 _TABLES = "materialized_tables"
 _META = "meta"
+_DROPPING = "dropping"          # a record's mark while its DROP deletes the data
 
 
 class AtomicJSONStorage(Storage):
@@ -79,18 +80,32 @@ class CatalogStore:
     def get(self, identifier: str) -> MaterializedTable | None:
         with self._db() as db:
             doc = db.table(_TABLES, cache_size=0).get(Query().identifier == identifier)
-        return MaterializedTable.from_document(_strip(doc)) if doc else None
+        return MaterializedTable.from_document(_strip(doc)) if doc and not doc.get(_DROPPING) else None
 
     def list(self) -> list[MaterializedTable]:
+        return self._records(dropping=False)
+
+    def dropping(self) -> list[MaterializedTable]:
+        """Records whose DROP has not finished deleting their data (it was killed, or failed)."""
+        return self._records(dropping=True)
+
+    def _records(self, dropping: bool) -> list[MaterializedTable]:
         with self._db() as db:
             docs = db.table(_TABLES, cache_size=0).all()
-        return sorted((MaterializedTable.from_document(_strip(d)) for d in docs),
-                      key=lambda t: t.identifier)
+        return sorted((MaterializedTable.from_document(_strip(d)) for d in docs
+                       if bool(d.get(_DROPPING)) is dropping), key=lambda t: t.identifier)
 
     def put(self, table: MaterializedTable) -> None:
         doc = {**table.to_document(), "identifier": table.identifier}
+
+        def whole(current: dict) -> None:     # not merged: no key of an older record survives
+            current.clear()
+            current.update(doc)
+
         with self._db() as db:
-            db.table(_TABLES, cache_size=0).upsert(doc, Query().identifier == table.identifier)
+            tables = db.table(_TABLES, cache_size=0)
+            if not tables.update(whole, Query().identifier == table.identifier):
+                tables.insert(doc)
 
     def update(self, identifier: str,
                change: Callable[[MaterializedTable], MaterializedTable]) -> MaterializedTable | None:
@@ -103,9 +118,22 @@ class CatalogStore:
             self.put(updated)
             return updated
 
-    def delete(self, identifier: str) -> None:
+    def retire(self, identifier: str) -> MaterializedTable | None:
+        """The first step of a DROP, one write: the table is gone for every reader of the store,
+        and its record stays (marked) until its data is deleted. Returns the record."""
         with self._db() as db:
-            db.table(_TABLES, cache_size=0).remove(Query().identifier == identifier)
+            tables = db.table(_TABLES, cache_size=0)
+            doc = tables.get(Query().identifier == identifier)
+            if doc is None:
+                return None
+            tables.update({_DROPPING: True}, Query().identifier == identifier)
+        return MaterializedTable.from_document(_strip(doc))
+
+    def forget(self, identifier: str) -> None:
+        """The last step of a DROP: the retired record goes (a new table of that name stays)."""
+        with self._db() as db:
+            db.table(_TABLES, cache_size=0).remove((Query().identifier == identifier)
+                                                   & (Query()[_DROPPING] == True))  # noqa: E712
 
 
 def _check_ours(path: str) -> None:
@@ -123,4 +151,4 @@ def _check_ours(path: str) -> None:
 
 
 def _strip(doc: dict) -> dict:
-    return {k: v for k, v in doc.items() if k != "identifier"}
+    return {k: v for k, v in doc.items() if k not in ("identifier", _DROPPING)}

@@ -141,16 +141,24 @@ class Pipelines:
         self.streams.stop(table.identifier)
 
     def discard(self, table: MaterializedTable) -> None:
-        """Everything of a table, gone: pipeline, running jobs, data, checkpoints, record."""
+        """Everything of a table, gone: pipeline, running jobs, then the table for every reader (its
+        record and Spark's entry), its data and checkpoints last — a DROP killed midway leaves no
+        table with part of its data, and the next owner finishes it (`finish_drops`)."""
         self.stop(table)
         cancel_jobs(self.ws.spark, job_group(table))
         with self.ws.lock(table.identifier):
-            current = self.ws.store.get(table.identifier) or table
-            try:
-                self.ws.storage.drop(current, settle_s=STREAM_SETTLE_S if current.streams else 0.0)
-                self.streams.delete_checkpoints(current)
-            finally:
-                self.ws.store.delete(table.identifier)
+            self._delete(self.ws.store.retire(table.identifier) or table)
+
+    def finish_drops(self) -> None:
+        """DROPs a kill or an error interrupted: what they had not deleted yet."""
+        for table in self.ws.store.dropping():
+            with self.ws.lock(table.identifier):
+                self._delete(table)
+
+    def _delete(self, table: MaterializedTable) -> None:
+        self.ws.storage.drop(table, settle_s=STREAM_SETTLE_S if table.streams else 0.0)
+        self.streams.delete_checkpoints(table)
+        self.ws.store.forget(table.identifier)
 
     def change_mode(self, table: MaterializedTable, decision: ModeDecision) -> Result:
         """FLIP-435: the pipeline is stopped and recreated for the new freshness and mode."""
@@ -303,7 +311,8 @@ class Pipelines:
             # The table matches the sources after a refresh of all it could have changed in.
             matched = snapshot if target.whole or target.key or comparison.change is Change.NONE else {}
             updated = self.ws.store.update(identifier, lambda t: t.with_refresh(
-                outcome, storage=result.storage, source_snapshot=matched, consecutive_failures=0))
+                outcome, storage=result.storage, source_snapshot=matched, consecutive_failures=0,
+                published_at=now_iso()))
             self._record(current, trigger, outcome)
             if self.owner:       # leftovers are the owner's to sweep, never a client's
                 self.ws.storage.sweep(updated, self.ws.retention_s())
@@ -378,6 +387,10 @@ class Pipelines:
         """A new owner of the store: every table back into Spark, unfinished CREATEs rolled back,
         FULL tables rescheduled (SUSPENDED ones paused), ACTIVATED streams restarted."""
         warnings = []
+        try:
+            self.finish_drops()
+        except (MaterializedTableError, *SPARK_ERRORS) as error:
+            warnings.append(f"Finishing an interrupted DROP: {spark_message(error)}")
         for table in self.ws.store.list():
             try:
                 if table.refresh_status == INITIALIZING:

@@ -33,7 +33,7 @@ from mt_magic.sql import statements as st
 from mt_magic.sql.relations import written_table
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.sql.freshness import AUTOMATIC, CONTINUOUS, IntervalFreshness
-from mt_magic.storage.table_as import CREATE, IF_NOT_EXISTS, REPLACE, plan_target, write_table_as
+from mt_magic.storage.table_as import CREATE, IF_NOT_EXISTS, REPLACE, plan_target, retire_versions, write_table_as
 from mt_magic.storage.versions import RESERVED_OPTIONS, data_source_format
 
 
@@ -306,11 +306,23 @@ class Planner:
         return _plan(f"would drop materialized table {table.identifier}", lambda: self.lifecycle.drop(table))
 
     def _drop_table(self, statement: st.DropTable) -> Plan:
-        identifier = ".".join(self.ws.analyzer.resolve(statement.name))
+        parts = self.ws.analyzer.resolve(statement.name)
+        identifier = ".".join(parts)
         if self.ws.store.get(identifier) is not None:
             raise ValidationError(f"{identifier} is a materialized table: use DROP MATERIALIZED TABLE "
                                   f"{identifier}.")
-        return self._spark(statement)
+        plan = self._spark(statement)
+        exists = lookup_table(self.ws.spark, *parts) is TableLookup.EXISTS
+        retire = retire_versions(self.ws.spark, ".".join(map(quote_identifier, parts)), self.ws.pending) \
+            if exists else None
+        if retire is None:
+            return plan
+
+        def apply() -> Result:
+            result = plan.apply()
+            retire()      # Spark's DROP keeps the files of a table with a location: they go by age
+            return result
+        return Plan(plan.summary, apply)
 
     # ======================================================== CTAS/RTAS
     def _create_table_as(self, statement: st.CreateTableAs) -> Plan:
@@ -328,7 +340,8 @@ class Planner:
 
         def write() -> Result:
             with job_scope(spark, f"mt_magic:ctas:{target.identifier}", f"{statement.verb} {target.identifier}"):
-                return write_table_as(spark, shape(source, schema.columns, target.identifier), target)
+                return write_table_as(spark, shape(source, schema.columns, target.identifier), target,
+                                      self.ws.pending)
         return _plan(f"{statement.verb} {target.identifier}", write)
 
     # ============================================================= SHOW

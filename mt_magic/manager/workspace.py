@@ -8,6 +8,7 @@ from typing import Any
 
 from mt_magic import config as cfg
 from mt_magic.catalog.model import INITIALIZING, MaterializedTable
+from mt_magic.catalog.pending import PendingWrites
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import StateError, TableNotFoundError, ValidationError
 from mt_magic.refresh.scheduler import zone_named
@@ -37,6 +38,7 @@ class Workspace:
         self.spark = spark
         self.options = cfg.Options(config)
         self.store = CatalogStore(cfg.catalog_store_path(catalog_store))
+        self.pending = PendingWrites(self.store.path)
         self.analyzer = QueryAnalyzer(spark)
         self.storage = TableStorage(spark)
 

@@ -89,12 +89,15 @@ def _history(state: PipelineState) -> list[Refresh]:
 
 
 def _published_at(state: PipelineState, history: list[Refresh]) -> datetime | None:
-    """When the data last matched its sources: a publish, or a skip that found nothing changed."""
+    """When the data last matched its sources: the published version (however many refreshes
+    failed since), a streaming job's last micro-batch, or a skip that found nothing changed."""
     progress = state.progress
     if progress is not None and progress.last_published:
         return datetime.fromtimestamp(progress.last_published, timezone.utc)
-    done = [r for r in history if r.outcome == Outcome.SUCCEEDED and r.target != "batch"]
-    published = done[-1].started_at + timedelta(seconds=done[-1].duration_s) if done else None
+    moments = [_parse(state.table.published_at)] if state.table.published_at else []
+    moments += [r.started_at + timedelta(seconds=r.duration_s) for r in history
+                if r.target == "batch" and r.outcome == Outcome.SUCCEEDED][-1:]
+    published = max(moments) if moments else None
     if state.matched_at is not None and published is not None:
         return max(published, datetime.fromtimestamp(state.matched_at, timezone.utc))
     return published

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,8 +79,14 @@ def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable,
         version = storage.new_version(table)
         writer = folder_writer(frame, table.storage.format, data_source_options(
             {**table.options, **(dynamic_options or {})}), table.partition_keys)
-        spark_call(lambda: writer.save(version), f"Refreshing {table.identifier}")
-        storage.files.mkdirs(version)   # an empty result may leave no folder at all
-        published = storage.publish(table, version, target)
+        try:
+            spark_call(lambda: writer.save(version), f"Refreshing {table.identifier}")
+            storage.files.mkdirs(version)   # an empty result may leave no folder at all
+            published = storage.publish(table, version, target)
+        except BaseException:
+            # The refresh's own error is what counts; a version left here goes by the next sweep.
+            with contextlib.suppress(Exception):
+                storage.discard_version(table, version)
+            raise
     return RefreshResult(published, int(observation.get.get("rows", 0)),
                          time.monotonic() - started, group)

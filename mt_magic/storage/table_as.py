@@ -5,20 +5,27 @@ appears under its own name by one catalog rename once the data is complete: a re
 the whole table, never a partial one. A failed or cancelled write drops the staging table and deletes
 what it wrote. REPLACE renames the old table away only after the new data is complete, and puts it back
 if the swap fails.
+
+Without a 'path', the data goes into a version folder under the table's folder (the table records
+that folder in a property), so a REPLACE never moves or deletes files a reader of the old table is
+scanning: the old version is retired and deleted by age, as materialized tables' versions are. A
+managed table Spark created keeps Spark's layout: replacing it moves its folder, as Spark's RENAME does.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
+from mt_magic.catalog.pending import PendingWrites
 from mt_magic.errors import ValidationError
-from mt_magic.storage.versions import TABLE_PROPERTY, data_source_format, data_source_options, folder_writer
+from mt_magic.storage.versions import (TABLE_PROPERTY, VERSION_PREFIX, data_source_format, data_source_options,
+                                       folder_writer, version_folder)
 from mt_magic.results import Result
 from mt_magic.spark.catalog import (TableLookup, database_location, lookup_table, partition_locations,
                                     switch_partition_locations, table_facts)
@@ -29,6 +36,7 @@ from mt_magic.sql.statements import quote_identifier, sql_string
 
 CREATE, IF_NOT_EXISTS, REPLACE = "create", "if-not-exists", "replace"
 SESSION_CATALOG = "spark_catalog"
+VERSIONS_PROPERTY = "mt_magic.table-as.versions"    # the folder holding a table's version folders
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,9 @@ class TableAsTarget:
     partition_keys: tuple[str, ...] = ()
     comment: str | None = None
     exists: bool = False
+    replaced_managed: bool = False          # the table replaced is managed: its folder moves on RENAME
+    replaced_location: str | None = None
+    replaced_versions: str | None = None    # the table replaced keeps versions in this folder
 
     @property
     def identifier(self) -> str:
@@ -75,55 +86,92 @@ def plan_target(spark: Any, parts: tuple[str, str, str], options: Mapping[str, s
         raise ValidationError(f"Database '{catalog}'.'{database}' doesn't exist.")
     if lookup is TableLookup.MISSING:
         return target
-    if _is_materialized(spark, target):
+    properties = table_properties(spark, target.quoted())
+    if properties.get(TABLE_PROPERTY) == "true":
         raise ValidationError(f"{identifier} is a materialized table: change it with ALTER MATERIALIZED "
                               "TABLE … AS, or drop it with DROP MATERIALIZED TABLE.")
     if mode == CREATE:
         raise ValidationError(f"Table {identifier} already exists.")
-    return replace(target, exists=True)
+    facts = table_facts(spark, target.quoted())
+    return replace(target, exists=True, replaced_managed=facts.kind == "MANAGED",
+                   replaced_location=facts.location, replaced_versions=properties.get(VERSIONS_PROPERTY))
 
 
-def _is_materialized(spark: Any, target: TableAsTarget) -> bool:
-    rows = command_rows(spark, f"SHOW TBLPROPERTIES {target.quoted()} ({sql_string(TABLE_PROPERTY)})")
-    return any(row[1] == "true" for row in rows)
+def table_properties(spark: Any, quoted: str) -> dict[str, str]:
+    return {row[0]: row[1] for row in command_rows(spark, f"SHOW TBLPROPERTIES {quoted}")}
 
 
-def write_table_as(spark: Any, frame: DataFrame, target: TableAsTarget) -> Result:
+def write_table_as(spark: Any, frame: DataFrame, target: TableAsTarget, pending: PendingWrites) -> Result:
+    """The write. `pending` notes it beside the store first, so that what a kill leaves behind is
+    finished or undone by the store's next owner (`recover_table_as`), and takes the replaced version."""
     if target.exists and target.mode == IF_NOT_EXISTS:
         return Result.ok(f"Table {target.identifier} already exists; nothing was written (IF NOT EXISTS).")
     files = files_for(spark)
     path = target.options.get("path")
-    path_existed = path is not None and files.exists(path)
+    versions = None if path is not None or target.replaced_managed else \
+        target.replaced_versions or _default_location(spark, files, target, target.name)
+    location = files.qualify(path) if path is not None else version_folder(versions) if versions else None
+    location_existed = location is not None and files.exists(location)
+    versions_existed = versions is not None and files.exists(versions)
     suffix = uuid.uuid4().hex[:8]
     staging = f"_mt_staging_{target.name}_{suffix}"
+    backup = f"_mt_replaced_{target.name}_{suffix}" if target.exists else None
+    note_id = pending.begin({
+        "catalog": target.catalog, "database": target.database, "name": target.name,
+        "staging": staging, "backup": backup, "path": location, "path_existed": location_existed,
+        "replaced": target.replaced_location if target.replaced_versions else None,
+        "folders": [_default_location(spark, files, target, n) for n in (staging, backup) if n]})
     observation = Observation(f"ctas_{suffix}")
     writer = folder_writer(frame.observe(observation, F.count(F.lit(1)).alias("rows")), target.format,
                            data_source_options(target.options), target.partition_keys)
-    if path is not None:
-        writer = writer.option("path", files.qualify(path))
+    if location is not None:
+        writer = writer.option("path", location)
     try:
         spark_call(lambda: writer.saveAsTable(target.quoted(staging)), f"Writing {target.identifier}")
-        if target.comment:
-            spark.sql(f"ALTER TABLE {target.quoted(staging)} SET TBLPROPERTIES "
-                      f"('comment' = {sql_string(target.comment)})")
-        _swap_in(spark, target, staging, suffix)
+        properties = {**({"comment": target.comment} if target.comment else {}),
+                      **({VERSIONS_PROPERTY: versions} if versions else {})}
+        if properties:
+            spark.sql(f"ALTER TABLE {target.quoted(staging)} SET TBLPROPERTIES (" + ", ".join(
+                f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items()) + ")")
+        _swap_in(spark, target, staging, backup)
     except BaseException:
-        _remove_staging(spark, files, target, staging, path if path is not None and not path_existed else None)
-        if path_existed:
-            for entry in files.list(path):
+        _remove_staging(spark, files, target, staging, location if location is not None and not location_existed
+                        else None)
+        if location_existed:
+            for entry in files.list(location):
                 files.delete(entry.path)
+        if versions is not None and not versions_existed and files.exists(versions):
+            files.delete(versions)
+        pending.end(note_id)
         raise
+    if target.replaced_versions and target.replaced_location:
+        pending.retire(target.replaced_location)      # a reader of the old version finishes first
+    pending.end(note_id)
     rows = int(observation.get.get("rows", 0))
     verb = "Replaced" if target.exists else "Created"
     return Result.ok(f"{verb} table {target.identifier} ({target.format}, {rows} rows).")
 
 
-def _swap_in(spark: Any, target: TableAsTarget, staging: str, suffix: str) -> None:
+def retire_versions(spark: Any, quoted: str, pending: PendingWrites) -> Callable[[], None] | None:
+    """For DROP TABLE of a table that keeps versions: after Spark's DROP (which keeps an external
+    table's files), its versions are retired and go by age. None for any other table."""
+    versions = table_properties(spark, quoted).get(VERSIONS_PROPERTY)
+    if versions is None:
+        return None
+    files = files_for(spark)
+
+    def retire() -> None:
+        for entry in files.list(versions):
+            if entry.is_dir and entry.name.startswith(VERSION_PREFIX):
+                pending.retire(entry.path)
+    return retire
+
+
+def _swap_in(spark: Any, target: TableAsTarget, staging: str, backup: str | None) -> None:
     """One rename makes the complete table visible; REPLACE moves the old one aside first."""
-    if not target.exists:
+    if backup is None:
         _rename(spark, target, staging, target.name, f"Publishing {target.identifier}")
         return
-    backup = f"_mt_replaced_{target.name}_{suffix}"
     _rename(spark, target, target.name, backup, f"Moving the old {target.identifier} aside")
     try:
         _rename(spark, target, staging, target.name, f"Publishing {target.identifier}")
@@ -168,3 +216,39 @@ def _remove_staging(spark: Any, files: Files, target: TableAsTarget, staging: st
     for folder in (default_location, owned_path):
         if folder is not None and files.exists(folder):
             files.delete(folder)
+
+
+def recover_table_as(spark: Any, note: dict[str, Any], pending: PendingWrites) -> None:
+    """What a killed CREATE TABLE AS left: the new table takes the name when its data was complete
+    (staging is written whole before any rename), else the old one gets it back; the staging and
+    replaced tables and their folders go. Kept: whatever the table now under the name reads; a
+    replaced version is retired (deleted by age)."""
+    target = TableAsTarget(note["catalog"], note["database"], note["name"], REPLACE, "")
+    staging, backup = note["staging"], note["backup"]
+
+    def exists(name: str) -> bool:
+        return lookup_table(spark, target.catalog, target.database, name) is TableLookup.EXISTS
+
+    if not exists(target.name):
+        if exists(staging):
+            _rename(spark, target, staging, target.name, f"Publishing {target.identifier}")
+        elif backup and exists(backup):
+            _rename(spark, target, backup, target.name, f"Restoring the old {target.identifier}")
+    for name in (staging, backup):
+        if name and exists(name):
+            spark.sql(f"DROP TABLE {target.quoted(name)} PURGE")
+    files = files_for(spark)
+    location = table_facts(spark, target.quoted()).location if exists(target.name) else None
+    kept = files.qualify(location).rstrip("/") if location else None
+    path, replaced = note["path"], note["replaced"]
+    if path is not None and path.rstrip("/") != kept and files.exists(path):
+        if note["path_existed"]:
+            for entry in files.list(path):
+                files.delete(entry.path)
+        else:
+            note["folders"].append(path)
+    for folder in note["folders"]:
+        if folder.rstrip("/") != kept and files.exists(folder):
+            files.delete(folder)
+    if replaced is not None and replaced.rstrip("/") != kept:
+        pending.retire(replaced)

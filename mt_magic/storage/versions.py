@@ -57,6 +57,12 @@ class Target:
         return dict(self.spec) if self.key is None else {self.key: ", ".join(self.values)}
 
 
+def version_folder(root: str) -> str:
+    """A new version's folder under `root`: named by time, so versions list in the order written."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    return f"{root.rstrip('/')}/{VERSION_PREFIX}{stamp}-{uuid.uuid4().hex[:8]}"
+
+
 def data_source_options(options: dict[str, str]) -> dict[str, str]:
     """Table options the data source itself reads (compression, header, ...)."""
     return {k: v for k, v in options.items()
@@ -185,8 +191,7 @@ class TableStorage:
 
     # ----------------------------------------------------------- versions
     def new_version(self, table: MaterializedTable) -> str:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
-        return self.files.qualify(f"{table.storage.root}/{VERSION_PREFIX}{stamp}-{uuid.uuid4().hex[:8]}")
+        return self.files.qualify(version_folder(table.storage.root))
 
     def publish(self, table: MaterializedTable, version: str, target: Target) -> Storage:
         """Make `version` what readers see: the whole table, or the partitions the target matches."""
@@ -252,14 +257,14 @@ class TableStorage:
 
         The first sweep that finds a version unreferenced marks it; a later one deletes it when
         the mark is older than the retention, so a reader planned before the switch can finish.
+        Referenced: what the record publishes, and what Spark's entry reads (they differ after a
+        kill between a publish and its record, until the next owner puts Spark back).
         """
-        storage = table.storage
-        referenced = {storage.location.rstrip("/")} | {p.location.rstrip("/") for p in storage.partitions}
-        for entry in self.files.list(storage.root):
+        referenced = self._referenced(table)
+        for entry in self.files.list(table.storage.root):
             if not (entry.is_dir and entry.name.startswith(VERSION_PREFIX)):
                 continue
-            path = entry.path.rstrip("/")
-            if any(ref == path or ref.startswith(path + "/") for ref in referenced):
+            if _within(entry.path, referenced):
                 continue
             if self.files.exists(f"{entry.path}/_temporary"):
                 continue      # a write still in flight (Spark commits through _temporary)
@@ -269,6 +274,27 @@ class TableStorage:
                 self.files.touch(marker)
             elif age >= retention_s:
                 self.files.delete(entry.path)
+
+
+    def discard_version(self, table: MaterializedTable, version: str) -> None:
+        """What a failed refresh wrote, deleted at once (unless Spark's entry reads it already)."""
+        if not _within(version, self._referenced(table)) and self.files.exists(version):
+            self.files.delete(version)
+
+    def _referenced(self, table: MaterializedTable) -> set[str]:
+        storage = table.storage
+        locations = {storage.location} | {p.location for p in storage.partitions}
+        if self.exists(table):
+            locations.add(table_facts(self.spark, table.quoted).location or "")
+            if table.partition_keys and storage.catalog_partitions:
+                locations |= set(partition_locations(self.spark, table.quoted, table.partition_keys).values())
+        return {_same_path(location) for location in locations if location}
+
+
+def _within(path: str, referenced: set[str]) -> bool:
+    """A version folder some reference points at or into."""
+    path = _same_path(path)
+    return any(ref == path or ref.startswith(path + "/") for ref in referenced)
 
 
 def _same_path(location: str) -> str:
