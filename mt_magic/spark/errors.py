@@ -27,6 +27,7 @@ SPARK_ERRORS: tuple[type[BaseException], ...] = (PySparkException, Py4JError) + 
 
 _BRIDGE_TEXT = re.compile(r"An error occurred while calling [\w.$]+\.\s*(:\s*)?")
 _JAVA_CLASS = re.compile(r"^(?:[a-z]+\.)+[A-Za-z]+(?:Exception|Error): ")
+_POSITION = re.compile(r";\s*line \d+ pos \d+$")
 
 
 def spark_message(error: BaseException) -> str:
@@ -38,7 +39,8 @@ def spark_message(error: BaseException) -> str:
     text = text.split("\n\tat ", 1)[0].split("\nJVM stacktrace:", 1)[0]
     text = re.split(r";\n'|\n== SQL|\n\s*debug_error_string", text, maxsplit=1)[0]
     text = _BRIDGE_TEXT.sub("", text.strip())
-    lines = [_JAVA_CLASS.sub("", line) for line in text.splitlines() if line.strip()]
+    # Connect's analysis errors end with "; line 1 pos 14", classic ones do not: one text in both.
+    lines = [_POSITION.sub("", _JAVA_CLASS.sub("", line)) for line in text.splitlines() if line.strip()]
     text = "\n".join(lines).strip()
     if isinstance(error, Py4JError) and not text:
         return "Spark's JVM did not answer."
