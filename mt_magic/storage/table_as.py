@@ -108,19 +108,19 @@ def write_table_as(spark: Any, frame: DataFrame, target: TableAsTarget, pending:
         return Result.ok(f"Table {target.identifier} already exists; nothing was written (IF NOT EXISTS).")
     files = files_for(spark)
     path = target.options.get("path")
-    versions = None if path is not None or target.replaced_managed else \
-        target.replaced_versions or _default_location(spark, files, target, target.name)
-    location = files.qualify(path) if path is not None else version_folder(versions) if versions else None
-    location_existed = location is not None and files.exists(location)
-    versions_existed = versions is not None and files.exists(versions)
     suffix = uuid.uuid4().hex[:8]
     staging = f"_mt_staging_{target.name}_{suffix}"
     backup = f"_mt_replaced_{target.name}_{suffix}" if target.exists else None
+    own_folder, *aside = _default_locations(spark, files, target, target.name, staging, *([backup] if backup else []))
+    versions = None if path is not None or target.replaced_managed else target.replaced_versions or own_folder
+    location = files.qualify(path) if path is not None else version_folder(versions) if versions else None
+    location_existed = location is not None and files.exists(location)
+    versions_existed = versions is not None and files.exists(versions)
     note_id = pending.begin({
         "catalog": target.catalog, "database": target.database, "name": target.name,
         "staging": staging, "backup": backup, "path": location, "path_existed": location_existed,
         "replaced": target.replaced_location if target.replaced_versions else None,
-        "folders": [_default_location(spark, files, target, n) for n in (staging, backup) if n]})
+        "folders": aside})
     observation = Observation(f"ctas_{suffix}")
     writer = folder_writer(frame.observe(observation, F.count(F.lit(1)).alias("rows")), target.format,
                            data_source_options(target.options), target.partition_keys)
@@ -204,8 +204,12 @@ def _rename(spark: Any, target: TableAsTarget, old: str, new: str, what: str) ->
 
 def _default_location(spark: Any, files: Files, target: TableAsTarget, name: str) -> str:
     """Where the session catalog keeps a managed table of that name: its database's folder."""
-    return files.qualify(database_location(spark, target.catalog, target.database)).rstrip("/") + \
-        "/" + name.lower()
+    return _default_locations(spark, files, target, name)[0]
+
+
+def _default_locations(spark: Any, files: Files, target: TableAsTarget, *names: str) -> list[str]:
+    folder = files.qualify(database_location(spark, target.catalog, target.database)).rstrip("/")
+    return [f"{folder}/{name.lower()}" for name in names]
 
 
 def _remove_staging(spark: Any, files: Files, target: TableAsTarget, staging: str,
