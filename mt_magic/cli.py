@@ -69,10 +69,11 @@ def _serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stop.set())
+    store = os.path.abspath(cfg.catalog_store_path(args.store))
+    spark_conf[cfg.CATALOG_STORE_CONF] = store        # the Connect clients' Gateway(spark) finds it
     spark = service_session(args.master, args.remote, spark_conf, args.connect_port)
     try:
-        gateway = Gateway(spark, catalog_store=cfg.catalog_store_path(args.store), config=options,
-                          kind=OwnerKind.SERVICE)
+        gateway = Gateway(spark, catalog_store=store, config=options, kind=OwnerKind.SERVICE)
         info = session_info(spark)
         served = f"; Spark Connect on sc://localhost:{args.connect_port}" if args.connect_port else ""
         log.info("Serving %s as its owner (%s)%s", gateway.store.path, info.text, served)

@@ -49,6 +49,9 @@ _COUNTS = {HISTORY_RETENTION: (1, 10_000_000), REFRESH_RETRIES: (0, 10), MAX_CON
 
 CATALOG_STORE_ENV = "MT_MAGIC_CATALOG_STORE"
 DEFAULT_CATALOG_STORE = os.path.join(".mt_magic", "catalog.json")
+# The Spark conf in which a refresh service names its store: every Spark Connect session of the
+# service's application inherits it, so a client's Gateway(spark) finds the service's store.
+CATALOG_STORE_CONF = "spark.mt_magic.catalog-store"
 
 _UNITS = {
     "ms": 0.001, "milli": 0.001, "millis": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
@@ -74,9 +77,10 @@ def parse_duration(text: str, key: str = "duration") -> timedelta:
         raise ValidationError(f"Option '{key}' = '{text}' is longer than any duration can be.") from None
 
 
-def catalog_store_path(explicit: str | None) -> str:
-    """Where the catalog store lives: the argument, else the environment, else ./.mt_magic."""
-    return explicit or os.environ.get(CATALOG_STORE_ENV) or DEFAULT_CATALOG_STORE
+def catalog_store_path(explicit: str | None, advertised: str | None = None) -> str:
+    """Where the catalog store lives: the argument, else the environment, else the store the Spark
+    application's service advertises, else ./.mt_magic."""
+    return explicit or os.environ.get(CATALOG_STORE_ENV) or advertised or DEFAULT_CATALOG_STORE
 
 
 class Options:

@@ -8,8 +8,8 @@ the others are clients that send it the statements that change pipelines (see ma
 
 from __future__ import annotations
 
-import atexit
 import threading
+import weakref
 from datetime import tzinfo
 from collections.abc import Mapping
 from typing import Any
@@ -64,7 +64,7 @@ class Gateway:
                                     serve=self._serve, on_store_change=self.pipelines.follow_store)
         self._ownership.start()
         self._closed = False
-        atexit.register(self.close)      # a process that ends lets go of the store at once
+        _close_at_exit(self)      # a process that ends lets go of the store at once
         if self._ownership.role is Role.CLIENT:
             self.pipelines.follow_store()
 
@@ -204,7 +204,6 @@ class Gateway:
         if self._closed:
             return
         self._closed = True
-        atexit.unregister(self.close)
         self._ownership.stop()
         with self._owning:
             self.pipelines.close()
@@ -215,6 +214,19 @@ class Gateway:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _close_at_exit(gateway: Gateway) -> None:
+    """Close the gateway when the interpreter ends, before it joins threads and shuts down the thread
+    pools that Spark Connect's client needs to stop a streaming job (plain `atexit` runs too late:
+    the pools refuse work, and a Connect listener's thread keeps the process alive)."""
+    ref = weakref.ref(gateway)
+
+    def close() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.close()
+    threading._register_atexit(close)   # noqa: SLF001 - the hook concurrent.futures itself uses
 
 
 def _first_line(text: str, width: int = 60) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -84,20 +86,32 @@ def test_missed_runs_after_a_downtime_follow_the_policy(spark, db, sales, store_
 
 def test_a_fire_that_finds_its_refresh_running_is_queued_once():
     runs: list[tuple[float, float]] = []
+    merged: list[tuple[str, str, str]] = []
 
     def slow_refresh(name: str, schedule_time: str) -> None:
         started = time.monotonic()
-        time.sleep(1.5)
+        time.sleep(2.5)
         runs.append((started, time.monotonic()))
 
-    scheduler = RefreshScheduler(slow_refresh)
+    scheduler = RefreshScheduler(slow_refresh, lambda *fire: merged.append(fire))
     try:
         scheduler.schedule("t", "t", IntervalFreshness.parse("1 SECOND"), zone_named("UTC"))
-        wait_for(lambda: len(runs) >= 3, timeout=20, interval=0.1)
+        wait_for(lambda: len(runs) >= 3, timeout=30, interval=0.1)
     finally:
         scheduler.shutdown()
     # A fire during a run is not dropped: it runs as soon as the run ends, not at the next fire.
     assert all(later[0] - earlier[1] < 0.3 for earlier, later in zip(runs, runs[1:3]))
+    # Two fires during one run: the earlier is merged into the later one, and reported.
+    assert merged and all(name == "t" and replaced < into for name, replaced, into in merged)
+
+
+def test_library_warnings_never_print_where_the_application_set_no_logging():
+    """Python's last-resort handler would print them into whatever notebook cell runs."""
+    printed = subprocess.run([sys.executable, "-c", "import logging, mt_magic\n"
+                              "logging.getLogger('apscheduler.scheduler').warning('maximum number of running "
+                              "instances reached')\nlogging.getLogger('mt_magic.manager').warning('retried')"],
+                             capture_output=True, text=True, check=True)
+    assert printed.stderr == "" and printed.stdout == ""
 
 
 def test_downstream_refreshes_start_after_upstream_for_the_same_fire(spark, gw, sales):

@@ -50,18 +50,20 @@ def _free_port() -> int:
 
 
 class Service:
-    """`mt-magic serve` on a store, with a Hive catalog that outlives it (as a cluster's metastore)."""
+    """`mt-magic serve` on a store, with a Hive catalog that outlives it (as a cluster's metastore), or
+    with Spark's default in-memory catalog (`hive=False`)."""
 
-    def __init__(self, work: Path, name: str, master: str = "local[2]", store: Path | None = None) -> None:
+    def __init__(self, work: Path, name: str, master: str = "local[2]", store: Path | None = None,
+                 hive: bool = True) -> None:
         self.work, self.port, self.log = work, _free_port(), work / f"{name}.log"
         self.store = store or work / "store" / "catalog.json"
         metastore = f"jdbc:derby:;databaseName={work / 'metastore'};create=true"
+        catalog = ["--conf", "spark.sql.catalogImplementation=hive",
+                   "--conf", f"spark.hadoop.javax.jdo.option.ConnectionURL={metastore}"] if hive else []
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mt_magic", "serve", "--store", str(self.store), "--master", master,
              "--connect-port", str(self.port), "--conf", f"spark.sql.warehouse.dir={work / 'warehouse'}",
-             "--conf", "spark.sql.catalogImplementation=hive",
-             "--conf", f"spark.hadoop.javax.jdo.option.ConnectionURL={metastore}",
-             "--conf", "spark.sql.shuffle.partitions=2"],
+             *catalog, "--conf", "spark.sql.shuffle.partitions=2"],
             stdout=open(self.log, "w"), stderr=subprocess.STDOUT, env=_env(), cwd=work, start_new_session=True)
         wait_for(lambda: "Serving" in self.log.read_text() or self.process.poll() is not None, timeout=180)
         assert self.process.poll() is None, self.log.read_text()
@@ -93,10 +95,14 @@ def _group_alive(group: int) -> bool:
         return False
 
 
-def client(work: Path, remote: str, script: str, name: str, wait: bool = True) -> subprocess.Popen:
+def client(work: Path, remote: str, script: str, name: str, wait: bool = True,
+           store: str | None = None) -> subprocess.Popen:
+    """A notebook-like process running `script`; on the test's store unless `store` names another
+    ('-': none, the Gateway finds it)."""
     path = work / f"{name}.py"
     path.write_text(textwrap.dedent(script))
-    process = subprocess.Popen([sys.executable, str(TESTS / "service_client.py"), str(work / "store" / "catalog.json"),
+    process = subprocess.Popen([sys.executable, str(TESTS / "service_client.py"),
+                                store or str(work / "store" / "catalog.json"),
                                 remote, str(path), str(work / f"{name}-warehouse")],
                                stdout=subprocess.PIPE, stderr=open(work / f"{name}.log", "w"), text=True,
                                env=_env(), cwd=work, start_new_session=True)

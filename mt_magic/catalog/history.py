@@ -60,6 +60,7 @@ class RefreshEntry:
     error: str | None = None
     lag_s: float | None = None      # the data's age when the entry ended (None: never refreshed)
     freshness_s: float | None = None
+    reason: str | None = None       # why it ran as it did (a coalesced fire: into which)
 
 
 class RefreshHistory:

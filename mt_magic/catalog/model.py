@@ -24,6 +24,7 @@ class Outcome(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     SKIPPED = "SKIPPED"             # no source changed since the table last matched them
+    COALESCED = "COALESCED"         # a fire that waited behind a running refresh, merged into a later one
 
 
 class RefreshStrategy(StrEnum):

@@ -65,7 +65,7 @@ class Pipelines:
         self.ws = ws
         self._running: set[str] = set()
         self._refresh_named = refresh
-        self.scheduler = RefreshScheduler(refresh)
+        self.scheduler = RefreshScheduler(refresh, self._coalesced)
         self.snapshots = Snapshots(ws.spark, ws.storage.files, ws.store, ws.analyzer)
         self._matched: dict[str, float] = {}
         self.history = RefreshHistory(ws.store.path, int(ws.options.get(cfg.HISTORY_RETENTION)))
@@ -329,6 +329,18 @@ class Pipelines:
                  f" {outcome.schedule_time}" if outcome.schedule_time else "", outcome.outcome,
                  outcome.rows if outcome.rows is not None else "no", outcome.duration_s,
                  f": {outcome.error}" if outcome.error else "")
+
+    def _coalesced(self, name: str, schedule_time: str, into: str) -> None:
+        """A fire that waited behind a running refresh and was merged into a later fire: in the history,
+        so that no fire disappears silently."""
+        table = self.ws.store.get(".".join(self.ws.identifier(self.ws.name(name))))
+        if table is None:
+            return
+        moment = now_iso()
+        self.history.record(RefreshEntry(table.identifier, Trigger.SCHEDULED, schedule_time, moment, moment,
+                                         Outcome.COALESCED, None, self._runner(), freshness_s=_freshness_s(table),
+                                         reason=f"the previous refresh was still running; merged into the "
+                                                f"fire of {into}"))
 
     def _runner(self) -> Runner:
         return Runner(socket.gethostname(), os.getpid(), session_info(self.ws.spark).application_id)

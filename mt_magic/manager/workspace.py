@@ -14,6 +14,7 @@ from mt_magic.errors import StateError, TableNotFoundError, ValidationError
 from mt_magic.refresh.scheduler import zone_named
 from mt_magic.spark.analysis import QueryAnalyzer
 from mt_magic.spark.catalog import TableLookup, lookup_table
+from mt_magic.spark.session import conf_value
 from mt_magic.storage.versions import TableStorage
 from mt_magic.sql import statements as st
 from mt_magic.sql.freshness import IntervalFreshness, ModeDecision, derive_refresh_mode
@@ -37,7 +38,8 @@ class Workspace:
     def __init__(self, spark: Any, catalog_store: str | None, config: Mapping[str, str] | None) -> None:
         self.spark = spark
         self.options = cfg.Options(config)
-        self.store = CatalogStore(cfg.catalog_store_path(catalog_store))
+        advertised = None if catalog_store else conf_value(spark, cfg.CATALOG_STORE_CONF)
+        self.store = CatalogStore(cfg.catalog_store_path(catalog_store, advertised))
         self.pending = PendingWrites(self.store.path)
         self.analyzer = QueryAnalyzer(spark)
         self.storage = TableStorage(spark)

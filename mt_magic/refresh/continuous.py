@@ -33,7 +33,7 @@ from mt_magic.refresh.full import shape
 from mt_magic.storage.versions import Target, TableStorage, data_source_options, folder_writer
 from mt_magic.spark.errors import SPARK_ERRORS, error_sentence, spark_message
 from mt_magic.spark.session import session_conf, session_info
-from mt_magic.spark.streaming import unsupported_reason
+from mt_magic.spark.streaming import add_listener, unsupported_reason
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,6 @@ class ContinuousJobs:
         self._on_batch = on_batch
         self._jobs: dict[str, Job] = {}
         self._lock = threading.RLock()
-        _Listener.follow(spark, self)
 
     # ------------------------------------------------------------ lifecycle
     def start(self, table: MaterializedTable, streaming_query: str, checkpoint: str, fresh: bool,
@@ -107,6 +106,7 @@ class ContinuousJobs:
         """Start the table's query; `fresh` starts over on a new version, else continue the checkpoint.
         The job has its own shuffle partitions whatever the user's session says (a new checkpoint
         keeps them; Spark fixes a stateful stream's partitions when its checkpoint is created)."""
+        _Listener.follow(self.spark, self)      # from the first job on: a gateway without jobs has none
         frame = self.spark.sql(streaming_query)
         mode, reason = output_mode(self.spark, frame, table)
         if mode is None:
@@ -267,7 +267,7 @@ class _Listener(StreamingQueryListener):
             entry = cls._by_session.get(id(spark))
             if entry is None:      # the session is kept with its listener: its id stays its own
                 entry = cls._by_session[id(spark)] = (spark, cls())
-                spark.streams.addListener(entry[1])
+                add_listener(spark, entry[1])
             entry[1]._followers.add(jobs)
 
     @classmethod

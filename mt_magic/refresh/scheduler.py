@@ -72,8 +72,10 @@ def next_fire(freshness: IntervalFreshness, zone: tzinfo, after: datetime) -> da
 class RefreshScheduler:
     """Cron jobs keyed by table identifier; a fire calls `refresh(name, schedule_time)` in a pool thread."""
 
-    def __init__(self, refresh: Callable[[str, str], object], workers: int = 4) -> None:
+    def __init__(self, refresh: Callable[[str, str], object], coalesced: Callable[[str, str, str], None],
+                 workers: int = 4) -> None:
         self._refresh = refresh
+        self._coalesced = coalesced
         self._scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(workers, {"thread_name_prefix": "mt_magic-refresh"})},
             job_defaults={"coalesce": True, "max_instances": 2, "misfire_grace_time": None})
@@ -94,13 +96,19 @@ class RefreshScheduler:
     def _fire(self, name: str, freshness: IntervalFreshness, zone: tzinfo) -> None:
         """APScheduler does not tell a job its fire time: it is the cron time at or before now. A fire
         that finds the table's previous refresh still running is queued, once (a later fire replaces
-        it), and runs when that refresh ends."""
+        it, and the replaced one is reported to `coalesced`), and runs when that refresh ends."""
         schedule_time = freshness.floor(datetime.now(zone)).strftime(SCHEDULE_TIME_FORMAT)
         with self._guard:
-            if name in self._busy:
+            busy = name in self._busy
+            replaced = self._queued.get(name) if busy else None
+            if busy:
                 self._queued[name] = schedule_time
-                return
-            self._busy.add(name)
+            else:
+                self._busy.add(name)
+        if busy:
+            if replaced is not None and replaced != schedule_time:
+                self._coalesced(name, replaced, schedule_time)
+            return
         while schedule_time is not None:
             self._run(name, schedule_time)
             with self._guard:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -30,8 +32,9 @@ _JAVA_CLASS = re.compile(r"^(?:[a-z]+\.)+[A-Za-z]+(?:Exception|Error): ")
 _POSITION = re.compile(r";\s*line \d+ pos \d+$")
 
 
-def spark_message(error: BaseException) -> str:
-    """Spark's own first lines: no JVM trace, no logical plan, no py4j or gRPC wrapping."""
+def spark_message(error: BaseException | str) -> str:
+    """Spark's own first lines: no JVM trace, no logical plan, no py4j or gRPC wrapping (of an error,
+    or of the text a stream's exception reports)."""
     if isinstance(error, PySparkException):
         text = error.getMessage() if hasattr(error, "getMessage") else str(error)
     else:
@@ -44,7 +47,20 @@ def spark_message(error: BaseException) -> str:
     text = "\n".join(lines).strip()
     if isinstance(error, Py4JError) and not text:
         return "Spark's JVM did not answer."
+    if _NO_PYTHON_WORKER.search(text):
+        text += _python_worker_hint()
     return text or type(error).__name__
+
+
+# What Spark says when it cannot start a Python worker (a UDF's, a foreachBatch sink's).
+_NO_PYTHON_WORKER = re.compile(r"Python worker (failed to connect back|exited unexpectedly)|"
+                               r"Cannot run program \"python|No module named '?mt_magic", re.IGNORECASE)
+
+
+def _python_worker_hint() -> str:
+    worker = os.environ.get("PYSPARK_PYTHON") or "python3"
+    return (f"\nSpark's Python workers run '{worker}', which must have mt_magic installed: set PYSPARK_PYTHON "
+            f"(e.g. to {sys.executable}) where the Spark application starts, then restart it.")
 
 
 def error_class(error: BaseException) -> str | None:
@@ -70,9 +86,10 @@ _WRAPPERS = ("[PYTHON_EXCEPTION]", "[FOREACH_BATCH_USER_FUNCTION_ERROR]", "[STRE
 def error_sentence(error: BaseException | str) -> str:
     """Spark's own sentence: from its error class to the end of that line; of nested errors (a
     traceback from a Python worker), the innermost."""
-    text = spark_message(error) if isinstance(error, BaseException) else error
+    text = spark_message(error)
     sentences = [m.group(0).strip() for m in re.finditer(r"\[[A-Z_.]+\][^\n]*", text)]
     inner = [s for s in sentences if not s.startswith(_WRAPPERS)]
+    hint = _python_worker_hint() if _NO_PYTHON_WORKER.search(text) else ""
     if inner or sentences:
-        return re.sub(r"\s*SQLSTATE: \w+\s*$", "", (inner or sentences)[-1])
-    return (text.splitlines()[0] if text else "unknown error").strip()
+        return re.sub(r"\s*SQLSTATE: \w+\s*$", "", (inner or sentences)[-1]) + hint
+    return (text.splitlines()[0] if text else "unknown error").strip() + hint

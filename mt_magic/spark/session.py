@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +51,11 @@ class SessionInfo:
         return f"{kind}{self.master}, {self.application_id}"
 
 
+def conf_value(spark: Any, key: str) -> str | None:
+    """A Spark conf of the session, or None where it is unset."""
+    return spark.conf.get(key, None)
+
+
 def session_info(spark: Any) -> SessionInfo:
     conf = spark.conf
     return SessionInfo(conf.get("spark.master", "unknown"), conf.get("spark.app.id", "unknown"),
@@ -64,6 +71,12 @@ _QUIET_CONF = {
 
 
 REMOTE_ENV = "MT_MAGIC_SPARK_REMOTE"
+LOG_ENV = "MT_MAGIC_SPARK_LOG"
+
+def spark_log_path() -> str:
+    """Where the JVM of a local session writes its own output (banner, warnings, Python workers'
+    lines): MT_MAGIC_SPARK_LOG, else a file per process in the temporary folder."""
+    return os.environ.get(LOG_ENV) or os.path.join(tempfile.gettempdir(), f"mt_magic-spark-{os.getpid()}.log")
 
 
 def local_session(app_name: str = "mt_magic", warehouse: str | None = None, remote: str | None = None) -> Any:
@@ -79,8 +92,8 @@ def local_session(app_name: str = "mt_magic", warehouse: str | None = None, remo
         conf["spark.sql.warehouse.dir"] = warehouse
     remote = remote or os.environ.get(REMOTE_ENV)
     if remote:
-        return _connect_session(remote, app_name, conf)
-    return _classic_session("local[2]", app_name, conf)
+        return _connect_session(remote, app_name, conf, quiet=True)
+    return _classic_session("local[2]", app_name, conf, quiet=True)
 
 
 def service_session(master: str | None, remote: str | None, conf: Mapping[str, str],
@@ -95,10 +108,17 @@ def service_session(master: str | None, remote: str | None, conf: Mapping[str, s
     return _classic_session(master or "local[*]", "mt_magic-service", settings, connect_port)
 
 
-def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connect_port: int | None = None) -> Any:
+def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connect_port: int | None = None,
+                     quiet: bool = False) -> Any:
     """A classic session; with `connect_port`, one that serves Spark Connect there too. Its sessions
     then read table locations from the catalog each time (no per-session relation cache), so one
-    session's publish is what every other session reads next."""
+    session's publish is what every other session reads next.
+
+    Its Python workers (UDFs, a Connect client's foreachBatch) run this interpreter unless
+    PYSPARK_PYTHON says otherwise: a kernel in a virtual environment needs no setting. `quiet` sends
+    the JVM's own output to `spark_log_path()` instead of this process's stdout and stderr, which a
+    notebook shows in whatever cell runs."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = dict(conf)
     if connect_port is not None:
@@ -108,6 +128,8 @@ def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connec
                     "spark.sql.filesourceTableRelationCacheSize": "0", **conf}
     for key, value in settings.items():
         builder = builder.config(key, value)
+    if quiet:
+        _launch_quietly(settings)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     loggers = ["SQLQueryContextLogger"]
@@ -118,7 +140,21 @@ def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connec
     return spark
 
 
-def _connect_session(remote: str, app_name: str, conf: dict[str, str]) -> Any:
+def _launch_quietly(settings: Mapping[str, str]) -> None:
+    """Start this process's JVM (if none runs yet) with its output in the log file."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    conf = SparkConf()
+    for key, value in settings.items():
+        conf.set(key, value)
+    with open(spark_log_path(), "ab") as log_file:     # the JVM keeps its own descriptor
+        SparkContext._ensure_initialized(
+            gateway=launch_gateway(conf, popen_kwargs={"stdout": log_file, "stderr": log_file}))
+
+
+def _connect_session(remote: str, app_name: str, conf: dict[str, str], quiet: bool = False) -> Any:
     """A Spark Connect client. For 'local[N]' the server is a classic session of this process that
     serves Connect on a free port (as PySpark's own local mode does, but never on a taken port)."""
     import warnings
@@ -127,7 +163,7 @@ def _connect_session(remote: str, app_name: str, conf: dict[str, str]) -> Any:
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)   # inherited from a parent client process
     if remote.startswith("local"):
         port = _free_port()
-        _classic_session(remote, app_name, conf, port)
+        _classic_session(remote, app_name, conf, port, quiet)
         remote = f"sc://127.0.0.1:{port}"
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"    # PySpark's own mark of a Connect client process
     client = ConnectSession.builder.remote(remote)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from typing import Any
 
 from mt_magic.spark.errors import SPARK_ERRORS, error_sentence
@@ -37,3 +38,26 @@ def unsupported_reason(spark: Any, frame: Any, mode: str) -> str | None:
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
     return None
+
+
+def add_listener(spark: Any, listener: Any) -> None:
+    """Register a StreamingQueryListener. Over Spark Connect PySpark starts a thread that reads the
+    server's events for as long as the listener lives, and a thread inherits its creator's daemon
+    flag: registering from a daemon thread lets a script or kernel exit without removing it
+    (removing can deadlock with that thread in PySpark 4.3)."""
+    if not is_connect(spark):
+        spark.streams.addListener(listener)
+        return
+    failure: list[BaseException] = []
+
+    def register() -> None:
+        try:
+            spark.streams.addListener(listener)
+        except BaseException as error:   # noqa: BLE001 - raised again in the caller's thread
+            failure.append(error)
+
+    thread = threading.Thread(target=register, name="mt_magic-listener", daemon=True)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
