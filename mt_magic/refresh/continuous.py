@@ -138,7 +138,7 @@ class ContinuousJobs:
     def _run_version(self, table: MaterializedTable, fresh: bool) -> str:
         if not fresh and table.job and table.job.run_version:
             return table.job.run_version
-        return self.storage.new_version(table)
+        return self.storage.new_version(table, noted=False)
 
     def stop(self, identifier: str) -> None:
         """Graceful: a batch in flight completes (or is re-run after restart), never half-applied."""
@@ -233,6 +233,7 @@ class _Sink:
             target = storage.new_version(table)
             folder_writer(frame, table.storage.format, options, table.partition_keys).save(target)
             self._publish(store, storage, table, target)
+            storage.written(target)
             return
         final = f"{self.run_version}/{BATCH_PREFIX}{batch_id:012d}"
         if not storage.files.exists(final):

@@ -88,5 +88,6 @@ def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable,
             with contextlib.suppress(Exception):
                 storage.discard_version(table, version)
             raise
+        storage.written(version)
     return RefreshResult(published, int(observation.get.get("rows", 0)),
                          time.monotonic() - started, group)

@@ -8,6 +8,8 @@ crash before the publish leaves the old version in place.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote
 
+from mt_magic.catalog.lease import process_alive
 from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage
 from mt_magic.errors import ValidationError
 from mt_magic.spark.catalog import (check_data_source, partition_clause, partition_locations,
@@ -29,6 +32,9 @@ from mt_magic.sql.statements import quote_identifier, sql_string
 VERSION_PREFIX = "v-"
 EMPTY_DIR = "_empty"
 SUPERSEDED_MARKER = "_SUPERSEDED"
+# Beside a version being written: `<version>.writing@<host>@<pid>`, so that a sweep tells a write in
+# flight (its process lives) from what a killed writer left (its process is gone).
+WRITER_NOTE = ".writing@"
 TABLE_PROPERTY = "mt_magic.materialized-table"
 # Options that steer where and how data is stored, never passed to the data source.
 RESERVED_OPTIONS = ("connector", "format", "path")
@@ -190,8 +196,17 @@ class TableStorage:
                 self.files.delete(entry.path)
 
     # ----------------------------------------------------------- versions
-    def new_version(self, table: MaterializedTable) -> str:
-        return self.files.qualify(version_folder(table.storage.root))
+    def new_version(self, table: MaterializedTable, noted: bool = True) -> str:
+        """A new version's folder; `noted`: noted as written by this process until `written` is
+        called (a stream's run folder is not: it is published at its first batch and lives on)."""
+        version = self.files.qualify(version_folder(table.storage.root))
+        if noted:
+            self.files.touch(_writer_note(version))
+        return version
+
+    def written(self, version: str) -> None:
+        """The write of `version` is over (published, or failed and discarded)."""
+        self.files.delete(_writer_note(version))
 
     def publish(self, table: MaterializedTable, version: str, target: Target) -> Storage:
         """Make `version` what readers see: the whole table, or the partitions the target matches."""
@@ -261,25 +276,37 @@ class TableStorage:
         kill between a publish and its record, until the next owner puts Spark back).
         """
         referenced = self._referenced(table)
-        for entry in self.files.list(table.storage.root):
+        entries = self.files.list(table.storage.root)
+        writers = _writers(entries)
+        for entry in entries:
             if not (entry.is_dir and entry.name.startswith(VERSION_PREFIX)):
                 continue
             if _within(entry.path, referenced):
                 continue
-            if self.files.exists(f"{entry.path}/_temporary"):
-                continue      # a write still in flight (Spark commits through _temporary)
+            if any(_writing(host, pid) for host, pid in writers.get(entry.name, ())):
+                continue      # a write in flight; a killed writer's folder goes by age like any other
             marker = f"{entry.path}/{SUPERSEDED_MARKER}"
             age = self.files.age(marker)
             if age is None:
                 self.files.touch(marker)
             elif age >= retention_s:
                 self.files.delete(entry.path)
+                self._forget_writers(table, entry.name, writers)
+        folders = {e.name for e in entries if e.is_dir}
+        for name in writers:        # a writer killed before its folder appeared
+            if name not in folders and not any(_writing(host, pid) for host, pid in writers[name]):
+                self._forget_writers(table, name, writers)
 
+    def _forget_writers(self, table: MaterializedTable, version_name: str,
+                        writers: dict[str, list[tuple[str, int]]]) -> None:
+        for host, pid in writers.get(version_name, ()):
+            self.files.delete(f"{table.storage.root.rstrip('/')}/{version_name}{WRITER_NOTE}{host}@{pid}")
 
     def discard_version(self, table: MaterializedTable, version: str) -> None:
         """What a failed refresh wrote, deleted at once (unless Spark's entry reads it already)."""
         if not _within(version, self._referenced(table)) and self.files.exists(version):
             self.files.delete(version)
+        self.written(version)
 
     def _referenced(self, table: MaterializedTable) -> set[str]:
         storage = table.storage
@@ -289,6 +316,26 @@ class TableStorage:
             if table.partition_keys and storage.catalog_partitions:
                 locations |= set(partition_locations(self.spark, table.quoted, table.partition_keys).values())
         return {_same_path(location) for location in locations if location}
+
+
+def _writer_note(version: str) -> str:
+    return f"{version.rstrip('/')}{WRITER_NOTE}{socket.gethostname()}@{os.getpid()}"
+
+
+def _writers(entries: Iterable[Any]) -> dict[str, list[tuple[str, int]]]:
+    """Version folder name → the (host, pid) of each process noted as writing it."""
+    found: dict[str, list[tuple[str, int]]] = {}
+    for entry in entries:
+        version, mark, writer = entry.name.partition(WRITER_NOTE)
+        host, _, pid = writer.rpartition("@")
+        if mark and pid.isdigit():
+            found.setdefault(version, []).append((host, int(pid)))
+    return found
+
+
+def _writing(host: str, pid: int) -> bool:
+    """The noted writer may still be writing: it lives, or it runs on another host (unknowable)."""
+    return host != socket.gethostname() or process_alive(pid)
 
 
 def _within(path: str, referenced: set[str]) -> bool:
