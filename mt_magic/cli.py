@@ -23,7 +23,7 @@ from mt_magic.errors import MaterializedTableError
 from mt_magic.gateway import Gateway
 from mt_magic.refresh.scheduler import next_fire, zone_named
 from mt_magic.spark.session import quiet_library_logs, service_session, session_info
-from mt_magic.sql.freshness import IntervalFreshness
+from mt_magic.sql.freshness import CONTINUOUS, IntervalFreshness
 
 log = logging.getLogger("mt_magic.service")
 
@@ -102,10 +102,11 @@ def _status(args: argparse.Namespace) -> int:
         raise MaterializedTableError(f"There is no catalog store at {path}.")
     store, lease, history = CatalogStore(path), Lease(path), RefreshHistory(path)
     holder = lease.holder()
+    live = holder is not None and not holder.released_at and holder.alive()
     if holder is None:
         print("Owner: none (the next Gateway or `mt-magic serve` on this store takes it)")
     else:
-        state = "handed over" if holder.released_at else "alive" if holder.alive() else "dead"
+        state = "handed over" if holder.released_at else "alive" if live else "dead"
         print(f"Owner: {holder.text}, {state}, heartbeat {time.time() - holder.heartbeat:.1f} s ago")
     rows = [("table", "mode", "status", "last refresh", "next refresh", "data age / freshness")]
     now = datetime.now(timezone.utc)
@@ -113,8 +114,9 @@ def _status(args: argparse.Namespace) -> int:
         entries = history.entries(table.identifier, limit=50)
         last = entries[0] if entries else None
         done = next((e for e in entries if e["outcome"] == "SUCCEEDED"), None)
-        rows.append((table.identifier, str(table.refresh_mode), str(table.refresh_status),
-                     _last_text(last), _next_text(table, now), _age_text(table, done, now)))
+        status = str(table.refresh_status) + (f" ({table.suspend_reason})" if table.suspend_reason else "")
+        rows.append((table.identifier, str(table.refresh_mode), status,
+                     _last_text(last), _next_text(table, now), _age_text(table, done, now, watched=live)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
@@ -137,9 +139,13 @@ def _next_text(table: MaterializedTable, now: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S %Z") if moment else "-"
 
 
-def _age_text(table: MaterializedTable, done: dict | None, now: datetime) -> str:
+def _age_text(table: MaterializedTable, done: dict | None, now: datetime, watched: bool) -> str:
+    """The age of the last refresh's data. An ACTIVATED CONTINUOUS table that a live owner watches
+    is not stale for want of new rows: its job looks at the sources at every trigger, and no
+    refresh is written when they did not change (a failing one is retried, then suspended)."""
     if done is None:
         return f"- / {table.freshness}"
     age = now - datetime.fromisoformat(done["finished"])
-    stale = " STALE" if age > IntervalFreshness.parse(table.freshness).duration else ""
+    idle = watched and table.refresh_mode == CONTINUOUS and table.refresh_status == ACTIVATED
+    stale = " STALE" if age > IntervalFreshness.parse(table.freshness).duration and not idle else ""
     return f"{age.total_seconds():.0f} s / {table.freshness}{stale}"

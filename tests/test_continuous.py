@@ -6,11 +6,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from helpers import wait_for
 
 from mt_magic import Gateway, MaterializedTableError, StateError
+from mt_magic.notebook.status import table_statuses
 
 AGGREGATE = "SELECT user_id, COUNT(*) AS n, SUM(amount) AS total FROM orders GROUP BY user_id"
 FILTERED = "SELECT user_id, amount FROM orders WHERE amount > 2"
@@ -37,6 +39,13 @@ def streaming(gw, orders):
     gw.execute(f"CREATE MATERIALIZED TABLE per_user FRESHNESS = INTERVAL '1' SECOND AS {AGGREGATE}; "
                f"CREATE MATERIALIZED TABLE big FRESHNESS = INTERVAL '1' SECOND AS {FILTERED}")
     return gw
+
+
+def test_an_idle_stream_that_is_up_to_date_is_not_stale(spark, streaming):
+    """No new rows for several triggers: the job keeps looking at its sources, so the table is fresh."""
+    follows(spark, "per_user", AGGREGATE)
+    time.sleep(4)          # four times the freshness with nothing to read
+    wait_for(lambda: not [s for s in table_statuses(streaming) if s.stale], timeout=15)
 
 
 def test_tables_follow_appended_rows(spark, streaming):

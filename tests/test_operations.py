@@ -40,7 +40,7 @@ def test_every_refresh_is_in_the_history_and_in_sql(spark, gw, sales, store_path
         assert "refresh_history" not in handle.read()
 
 
-def test_failed_runs_suspend_the_table_and_resume_clears_them(spark, gw, sales):
+def test_failed_runs_suspend_the_table_and_resume_clears_them(spark, gw, sales, store_path):
     gw.execute("SET 'materialized-table.refresh.retries' = '0'")
     gw.execute("SET 'materialized-table.refresh.max-consecutive-failures' = '3'")
     gw.execute("CREATE MATERIALIZED TABLE checked FRESHNESS = INTERVAL '1' SECOND REFRESH_MODE = FULL AS "
@@ -52,6 +52,12 @@ def test_failed_runs_suspend_the_table_and_resume_clears_them(spark, gw, sales):
     assert described["consecutive_failures"] == 3
     assert "3 consecutive failed refreshes" in described["suspend_reason"]
     assert "amount too large" in described["suspend_reason"]
+    # The reason is where the user looks: the dashboard's status and `mt-magic status`.
+    [status] = [s for s in table_statuses(gw) if s.name == "checked"]
+    assert status.status == "SUSPENDED" and "3 consecutive failed refreshes" in status.error
+    printed = subprocess.run([sys.executable, "-m", "mt_magic", "status", "--store", store_path],
+                             capture_output=True, text=True, check=True).stdout
+    assert "SUSPENDED (3 consecutive failed refreshes" in printed, printed
     assert table_rows(spark, "checked") == before                   # the old data stays readable
     assert [e["outcome"] for e in gw.history("checked")][:3] == ["FAILED"] * 3
     spark.sql("INSERT OVERWRITE sales VALUES ('2024-01-03', 9, 10.0)")

@@ -70,7 +70,7 @@ def _status(state: PipelineState, tables: list[MaterializedTable], now: datetime
     history = _history(state)
     published = _published_at(state, history)
     last_failed = history[-1].error if history and history[-1].outcome == Outcome.FAILED else None
-    error = (table.job.failure if table.job else None) or last_failed
+    error = table.suspend_reason or (table.job.failure if table.job else None) or last_failed
     return TableStatus(
         name=table.name, identifier=table.identifier, mode=table.refresh_mode,
         status=table.refresh_status, refreshing=state.refreshing,
@@ -90,10 +90,12 @@ def _history(state: PipelineState) -> list[Refresh]:
 
 def _published_at(state: PipelineState, history: list[Refresh]) -> datetime | None:
     """When the data last matched its sources: the published version (however many refreshes
-    failed since), a streaming job's last micro-batch, or a skip that found nothing changed."""
+    failed since), a streaming job's last micro-batch or its last look that found nothing new, or a
+    skip that found nothing changed."""
     progress = state.progress
-    if progress is not None and progress.last_published:
-        return datetime.fromtimestamp(progress.last_published, timezone.utc)
+    looked = max(progress.last_published or 0, progress.last_checked or 0) if progress is not None else 0
+    if looked:
+        return datetime.fromtimestamp(looked, timezone.utc)
     moments = [_parse(state.table.published_at)] if state.table.published_at else []
     moments += [r.started_at + timedelta(seconds=r.duration_s) for r in history
                 if r.target == "batch" and r.outcome == Outcome.SUCCEEDED][-1:]

@@ -70,6 +70,7 @@ class Progress:
     input_rows: int | None = None
     processing_ms: int | None = None
     last_published: float | None = None          # epoch seconds
+    last_checked: float | None = None            # the job last looked at its sources (rows or none)
     history: list[dict] = field(default_factory=list)
 
 
@@ -123,7 +124,10 @@ class ContinuousJobs:
         info = session_info(self.spark)
         with self._lock:
             try:
-                with session_conf(self.spark, {"spark.sql.shuffle.partitions": str(shuffle_partitions)}):
+                # An idle job says so at every trigger: the dashboard knows the table is up to date.
+                with session_conf(self.spark, {"spark.sql.shuffle.partitions": str(shuffle_partitions),
+                                               "spark.sql.streaming.noDataProgressEventInterval":
+                                                   f"{int(max(trigger_s, 0.1) * 1000)}ms"}):
                     query = writer.start()
             except BaseException:
                 if fresh:   # a job that never ran leaves no checkpoint behind
@@ -181,6 +185,7 @@ class ContinuousJobs:
         if job is None:
             return
         record = job.progress
+        record.last_checked = time.time()
         record.batch_id = progress.get("batchId")
         record.input_rows = progress.get("numInputRows")
         record.processing_ms = (progress.get("durationMs") or {}).get("triggerExecution")
@@ -192,6 +197,12 @@ class ContinuousJobs:
         record.history = (record.history + [{"batch_id": record.batch_id, "input_rows": record.input_rows,
                                              "processing_ms": record.processing_ms,
                                              "timestamp": progress.get("timestamp")}])[-20:]
+
+    def _idle(self, query_id: str) -> None:
+        """The job looked and its sources had nothing new: the table is as fresh as now."""
+        job = self._by_query(query_id)
+        if job is not None:
+            job.progress.last_checked = time.time()
 
     def _terminated(self, query_id: str, exception: str | None) -> None:
         job = self._by_query(query_id)
@@ -290,7 +301,11 @@ class _Listener(StreamingQueryListener):
             log.exception("Streaming progress")
 
     def onQueryIdle(self, event) -> None:
-        pass
+        try:
+            for jobs in list(self._followers):
+                jobs._idle(str(event.id))
+        except Exception:   # noqa: BLE001 - a listener must never break Spark's event bus
+            log.exception("Streaming idle event")
 
     def onQueryTerminated(self, event) -> None:
         try:
