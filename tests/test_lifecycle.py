@@ -286,3 +286,53 @@ def test_spark_statements_that_write_a_materialized_table_are_refused(spark, gw,
         gw.execute(statement.format(db=db))
     assert table_rows(spark, "daily") == before
     gw.execute("INSERT INTO sales VALUES ('2024-01-09', 9, 9.0)")      # other tables: Spark's own
+
+
+KEYED = ("CREATE MATERIALIZED TABLE keyed (PRIMARY KEY (product_id) NOT ENFORCED) PARTITIONED BY (ds) "
+         "FRESHNESS = INTERVAL '1' DAY AS SELECT ds, product_id, SUM(amount) AS total FROM sales "
+         "GROUP BY ds, product_id")
+KEYED_QUERY = "SELECT ds, product_id, SUM(amount) AS total FROM sales GROUP BY ds, product_id"
+
+
+@pytest.fixture
+def keyed(gw, sales):
+    """A keyed table whose key column the Spark source reports nullable (spec §4.5, §3.8)."""
+    gw.execute(KEYED)
+    assert gw.describe("keyed")["columns"][1] == ("product_id", "int", False)
+
+
+def test_alter_as_on_a_keyed_table_keeps_the_key_and_appends_nullable_columns(spark, gw, keyed):
+    gw.execute("ALTER MATERIALIZED TABLE keyed AS SELECT ds, product_id, SUM(amount) AS total, "
+               "COUNT(*) AS n FROM sales GROUP BY ds, product_id")
+    info = gw.describe("keyed")
+    assert info["primary_key"] == ["product_id"]
+    assert info["columns"][1:] == [("product_id", "int", False), ("total", "double", True), ("n", "bigint", True)]
+
+
+def test_alter_as_renames_a_repeated_output_name(spark, gw, keyed):
+    gw.execute("ALTER MATERIALIZED TABLE keyed AS SELECT ds, product_id, SUM(amount) AS total, "
+               "MAX(amount) AS total FROM sales GROUP BY ds, product_id")
+    assert gw.describe("keyed")["columns"][-1] == ("total0", "double", True)
+    gw.execute("ALTER MATERIALIZED TABLE keyed REFRESH")
+    assert table_rows(spark, "keyed") == {tuple(r) for r in spark.sql(
+        "SELECT product_id, SUM(amount), MAX(amount), ds FROM sales GROUP BY ds, product_id").collect()}
+
+
+def test_create_or_alter_with_a_column_list_and_no_key_drops_the_key(gw, keyed):
+    gw.execute(f"CREATE OR ALTER MATERIALIZED TABLE keyed (ds STRING, product_id INT NOT NULL, total DOUBLE) "
+               f"PARTITIONED BY (ds) FRESHNESS = INTERVAL '1' DAY AS {KEYED_QUERY}")
+    info = gw.describe("keyed")
+    assert info["primary_key"] is None
+    assert info["columns"][1] == ("product_id", "int", False)        # declared NOT NULL: it stays so
+
+
+def test_create_or_alter_without_a_schema_part_keeps_the_key_and_the_partitioning(gw, keyed):
+    before = gw.describe("keyed")
+    [result] = gw.execute(f"CREATE OR ALTER MATERIALIZED TABLE keyed FRESHNESS = INTERVAL '1' DAY AS {KEYED_QUERY}")
+    assert result.message.endswith("is unchanged.")
+    assert gw.describe("keyed") == before
+    gw.execute(f"CREATE OR ALTER MATERIALIZED TABLE keyed FRESHNESS = INTERVAL '1' DAY AS "
+               f"{KEYED_QUERY.replace(' FROM', ', COUNT(*) AS n FROM')}")
+    info = gw.describe("keyed")
+    assert (info["primary_key"], info["partition_keys"]) == (["product_id"], ["ds"])
+    assert info["columns"][-1] == ("n", "bigint", True)

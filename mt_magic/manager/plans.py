@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mt_magic import config as cfg
 from mt_magic.catalog.model import ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable, Storage
@@ -20,7 +20,7 @@ from mt_magic.manager.explain import explain_create, explain_refresh
 from mt_magic.manager.lifecycle import Lifecycle
 from mt_magic.manager.pipelines import Pipelines, check_partition_spec
 from mt_magic.manager.schema import (check_formatters, check_partition_keys, column_from_field,
-                                     computed_type, derive_schema)
+                                     computed_type, derive_schema, keyed, with_unique_names)
 from mt_magic.manager.workspace import Workspace, check_folder_names
 from mt_magic.refresh.full import shape
 from mt_magic.results import Result
@@ -151,7 +151,9 @@ class Planner:
         if statement.refresh_mode and statement.refresh_mode != table.refresh_mode:
             raise ValidationError(f"Materialized table {table.identifier}: Changing of REFRESH MODE is "
                                   "unsupported.")
-        if [k.lower() for k in statement.partition_keys] != [k.lower() for k in table.partition_keys]:
+        # Omitted, PARTITIONED BY keeps the table's partitioning (Flink compares it only when given).
+        if statement.partition_keys and \
+                [k.lower() for k in statement.partition_keys] != [k.lower() for k in table.partition_keys]:
             raise ValidationError(f"Materialized table {table.identifier}: changing PARTITIONED BY is not "
                                   "supported; drop and create the table instead.")
         _check_reserved(table, statement.options, list(statement.options) + list(table.options))
@@ -162,6 +164,8 @@ class Planner:
         changes: dict = {"options": dict(statement.options), "comment": statement.comment}
         if statement.columns or statement.primary_key or statement.watermark:
             changes.update(primary_key=schema.primary_key, watermark=schema.watermark)
+        else:       # no schema part: the key and the watermark stay, and so do the key's NOT NULLs
+            schema = replace(schema, columns=keyed(schema.columns, table.primary_key))
         decision = None
         if statement.freshness:
             freshness = IntervalFreshness.from_literal(statement.freshness)
@@ -194,8 +198,9 @@ class Planner:
     def _alter_query(self, statement: st.AlterQuery) -> Plan:
         table = self.ws.load(statement.name)
         self.ws.require_not_initializing(table, "alter")
-        analyzed = self._analyze(statement.query, table.identifier)
-        columns = tuple(column_from_field(f) for f in analyzed.schema.fields)
+        analyzed = with_unique_names(self._analyze(statement.query, table.identifier))
+        # §4.5: the key is unchanged, so its columns stay NOT NULL by declaration.
+        columns = keyed([column_from_field(f) for f in analyzed.schema.fields], table.primary_key)
         changes: dict = {}
         appended = self._appended(table, statement.query, analyzed, columns, changes)
         return _plan(f"would alter the query of materialized table {table.identifier}",

@@ -10,10 +10,11 @@ from pyspark.sql import types as T
 
 from mt_magic.catalog.model import Column
 from mt_magic.errors import ValidationError
+from mt_magic.spark.analysis import AnalyzedQuery
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.types import implicit_cast, parse_type, type_text
 from mt_magic.sql.date_format import compile_pattern
-from mt_magic.sql.statements import TableDefinition
+from mt_magic.sql.statements import TableDefinition, quote_identifier
 
 FORMATTER_PREFIX = "partition.fields."
 FORMATTER_SUFFIX = ".date-formatter"
@@ -80,6 +81,31 @@ def derive_schema(statement: TableDefinition, query: T.StructType,
                 f"'{statement.watermark.expression}' is {type_text(data_type)}.")
         watermark = {"column": statement.watermark.column, "expression": statement.watermark.expression}
     return TableSchema(tuple(columns), primary_key, watermark)
+
+
+def with_unique_names(analyzed: AnalyzedQuery) -> AnalyzedQuery:
+    """ALTER AS: a repeated output name gets a number, as Flink's validator does (`c AS a` beside
+    `a` becomes `a0`); the stored query then names its columns so."""
+    seen: set[str] = set()
+    names = []
+    for field in analyzed.schema.fields:
+        name, number = field.name, 0
+        while name.lower() in seen:
+            name, number = f"{field.name}{number}", number + 1
+        seen.add(name.lower())
+        names.append(name)
+    if names == [f.name for f in analyzed.schema.fields]:
+        return analyzed
+    schema = T.StructType([T.StructField(n, f.dataType, f.nullable, f.metadata)
+                           for f, n in zip(analyzed.schema.fields, names)])
+    aliases = ", ".join(map(quote_identifier, names))
+    return AnalyzedQuery(schema, f"SELECT * FROM (\n{analyzed.definition_query}\n) AS mt_query({aliases})",
+                         analyzed.sources)
+
+
+def keyed(columns: Sequence[Column], primary_key: dict | None) -> tuple[Column, ...]:
+    """The columns with the table's key applied (its columns NOT NULL by declaration)."""
+    return tuple(_check_primary_key(primary_key, list(columns)) if primary_key else columns)
 
 
 def _reject_duplicate_names(query: T.StructType) -> None:
