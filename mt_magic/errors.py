@@ -26,12 +26,16 @@ class ParseError(MaterializedTableError):
         super().__init__(self._format())
 
     def _format(self) -> str:
-        head = f"line {self.line}, column {self.column}: {self.message}"
-        lines = self.text.splitlines()
-        if not 0 < self.line <= len(lines):
-            return head
-        source = lines[self.line - 1]
-        return f"{head}\n  {source}\n  {' ' * (self.column - 1)}^"
+        return located(self.message, self.line, self.column, self.text)
+
+
+def located(message: str, line: int, column: int, text: str) -> str:
+    """A message with its place in the user's text: line, column, the line and a caret under it."""
+    head = f"line {line}, column {column}: {message}"
+    lines = text.splitlines()
+    if not 0 < line <= len(lines):
+        return head
+    return f"{head}\n  {lines[line - 1]}\n  {' ' * (column - 1)}^"
 
 
 class ValidationError(MaterializedTableError):
@@ -51,4 +55,9 @@ class ExecutionError(MaterializedTableError):
 
 
 class SparkError(MaterializedTableError):
-    """Spark rejected a statement or a query; the message is Spark's, without the JVM trace."""
+    """Spark rejected a statement or a query; the message is Spark's, without the JVM trace.
+    `position`: where in the query Spark points (0-based), when it does."""
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        super().__init__(message)
+        self.position = position

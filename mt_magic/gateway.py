@@ -17,7 +17,7 @@ from typing import Any
 from mt_magic import config as cfg
 from mt_magic import errors
 from mt_magic.catalog.lease import Holder, OwnerKind
-from mt_magic.errors import MaterializedTableError, SparkError
+from mt_magic.errors import MaterializedTableError, SparkError, located
 from mt_magic.manager.describe import describe_dict
 from mt_magic.manager.leftovers import SWEEP_EVERY_S, clear_leftovers, sweep_retired
 from mt_magic.manager.lifecycle import Lifecycle
@@ -31,6 +31,7 @@ from mt_magic.spark.history_function import register_history_function
 from mt_magic.spark.session import active_session, quiet_background_output, session_info
 from mt_magic.sql import statements as st
 from mt_magic.sql.parser import parse
+from mt_magic.sql.tokens import line_column
 from mt_magic.sql.statements import quote_identifier, sql_string
 
 # Statements that change what runs for a table: a client sends them to the store's owner.
@@ -90,9 +91,10 @@ class Gateway:
             try:
                 results.append(self._guarded(lambda: self._run(statement, dry_run)))
             except MaterializedTableError as error:
+                error = _in_cell(error, statement, sql)
                 if len(statements) > 1:
                     error.statement = f"statement {number} ({_first_line(statement.text)})"
-                raise
+                raise error from None
         return results
 
     def _run(self, statement, dry_run: bool) -> Result:
@@ -227,6 +229,17 @@ def _close_at_exit(gateway: Gateway) -> None:
         if alive is not None:
             alive.close()
     threading._register_atexit(close)   # noqa: SLF001 - the hook concurrent.futures itself uses
+
+
+def _in_cell(error: MaterializedTableError, statement, sql: str) -> MaterializedTableError:
+    """Spark's error in a statement's query, placed as our parse errors are: line and column in the
+    user's cell, the line, and a caret."""
+    inner = statement.statement if isinstance(statement, st.Explain) else statement
+    offset = inner.query_offset()
+    if not isinstance(error, SparkError) or error.position is None or offset is None:
+        return error
+    line, column = line_column(sql, offset + error.position)
+    return SparkError(located(str(error), line, column, sql))
 
 
 def _first_line(text: str, width: int = 60) -> str:

@@ -83,3 +83,20 @@ def test_a_failed_initial_refresh_is_one_clean_line(gw, spark, db, tmp_path):
     assert message.startswith("Failed to create materialized table") and "initial refresh" in message
     assert not BRIDGE_TEXT.search(message), message
     assert len(message.splitlines()) == 1 and gw.store.list() == []
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+@pytest.mark.parametrize("query, line, column, shown", [
+    ("SELECT ds,\n       missing_column\nFROM sales", 5, 8, "       missing_column"),     # analysis
+    ("SELECT ds\nFROM sales\nWHERE amount >", 6, 15, "WHERE amount >"),                # parse
+    ("SELECT ds FROM\n   no_such_table", 5, 4, "   no_such_table"),                     # a missing source
+])
+def test_spark_errors_in_a_query_point_into_the_cell(gw, sales, query, line, column, shown, dry_run):
+    """Spark's own errors take the form of ours: line and column in the cell, the line, a caret."""
+    cell = f"SHOW MATERIALIZED TABLES;\nCREATE MATERIALIZED TABLE x\nFRESHNESS = INTERVAL '1' HOUR\nAS {query}"
+    with pytest.raises(MaterializedTableError) as info:
+        gw.execute(cell, dry_run=dry_run)
+    text = "\n".join(info.value._render_traceback_())
+    assert f"in statement 2 (CREATE MATERIALIZED TABLE x" in text
+    assert f": line {line}, column {column}: " in text, text
+    assert text.endswith(f"\n  {shown}\n  {' ' * (column - 1)}^"), text

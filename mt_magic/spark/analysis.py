@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 from mt_magic.errors import SparkError, ValidationError
 from mt_magic.spark.catalog import builtin_functions, is_catalog, temporary_functions
 from mt_magic.spark.commands import alongside, command_rows
-from mt_magic.spark.errors import SPARK_ERRORS, error_class, spark_call, spark_message
+from mt_magic.spark.errors import SPARK_ERRORS, error_class, query_position, spark_call, spark_message
 from mt_magic.spark.session import is_connect
 from mt_magic.sql.relations import NameRef, cte_scopes, in_cte_scope, is_query, relation_positions
 from mt_magic.sql.statements import ObjectName, quote_identifier
@@ -201,7 +201,7 @@ class QueryAnalyzer:
         except SPARK_ERRORS as error:
             parse = (error_class(error) or "").startswith("PARSE") or "PARSE_SYNTAX_ERROR" in str(error)
             what = "The query does not parse" if parse else "The query is not valid"
-            raise SparkError(f"{what}: {spark_message(error)}") from None
+            raise SparkError(f"{what}: {spark_message(error)}", query_position(error, query)) from None
 
     def _query_frame(self, query: str) -> Any:
         """A DataFrame of a query. `spark.sql` over Connect first sends the text to be run as a command

@@ -63,6 +63,31 @@ def _python_worker_hint() -> str:
             f"(e.g. to {sys.executable}) where the Spark application starts, then restart it.")
 
 
+_LINE_POS = re.compile(r"\(?line (\d+),? pos (\d+)\)?")
+
+
+def query_position(error: BaseException, query: str) -> int | None:
+    """Where in `query` Spark's error points (0-based): its query context, else the 'line L, pos P'
+    its parser and analyser write into the message."""
+    if isinstance(error, PySparkException):
+        try:
+            contexts = error.getQueryContext()
+        except Exception:   # noqa: BLE001 - an error without contexts
+            contexts = []
+        for context in contexts:
+            start = context.startIndex()
+            if 0 <= start < len(query):
+                return start
+    found = _LINE_POS.search(str(error))
+    if not found:
+        return None
+    line, pos = int(found.group(1)), int(found.group(2))
+    lines = query.split("\n")
+    if not 0 < line <= len(lines):
+        return None
+    return sum(len(text) + 1 for text in lines[:line - 1]) + min(pos, len(lines[line - 1]))
+
+
 def error_class(error: BaseException) -> str | None:
     """Spark's error condition ('TABLE_OR_VIEW_NOT_FOUND', ...), when it has one."""
     if isinstance(error, PySparkException):

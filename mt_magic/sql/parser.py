@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from mt_magic.errors import ParseError, ValidationError
 from mt_magic.sql import statements as st
@@ -17,7 +18,14 @@ _TYPE_STOPS = ("METADATA", "NOT", "NULL", "CONSTRAINT", "PRIMARY", "COMMENT")
 def parse(text: str) -> list[st.Statement]:
     """Every statement of `text`, in order. Raises ParseError with line and column."""
     _check_encodable(text)
-    return [_Parser(text, segment).statement() for segment in split(text)]
+    return [_placed(_Parser(text, segment).statement(), segment.start) for segment in split(text)]
+
+
+def _placed(statement: st.Statement, start: int) -> st.Statement:
+    """The statement (and the one an EXPLAIN holds) told where its text starts in the cell."""
+    if isinstance(statement, st.Explain):
+        return replace(statement, cell_start=start, statement=_placed(statement.statement, start))
+    return replace(statement, cell_start=start)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -55,6 +55,12 @@ class Watermark:
 @dataclass(frozen=True)
 class Statement:
     text: str          # the statement's own text, for messages and pass-through
+    cell_start: int = field(default=0, kw_only=True, compare=False)    # where `text` starts in the cell
+
+    def query_offset(self) -> int | None:
+        """Where the statement's query (if it has one) starts in the cell."""
+        query = getattr(self, "query", "")
+        return self.cell_start + self.text.rindex(query) if query and query in self.text else None
 
 
 @dataclass(frozen=True)
