@@ -318,3 +318,36 @@ def test_a_reader_of_the_replaced_table_finishes_and_old_versions_go_by_age(spar
         assert os.listdir(folder) == []
     finally:
         gateway.close()
+
+
+def test_readers_never_fail_while_a_table_is_replaced(spark, gw, db):
+    """REPLACE of a table read the same way as before keeps the name: a reader in a loop always finds
+    the old or the new table, never a missing name (Restart & Run All of a cell that makes a source)."""
+    statement = "CREATE OR REPLACE TABLE src AS SELECT id, CAST(id % 7 AS STRING) AS g FROM range({n})"
+    gw.execute(statement.format(n=1000))
+    seen: list[int] = []
+    failures: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                seen.append(spark.table("src").count())
+            except Exception as error:      # noqa: BLE001 - any failure is what the test looks for
+                failures.append(str(error)[:200])
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for n in (2000, 3000, 4000):
+            gw.execute(statement.format(n=n))
+        gw.execute("CREATE OR REPLACE TABLE src COMMENT 'kept' AS SELECT id, CAST(id AS STRING) AS g FROM range(5)")
+        seen_after = len(seen)
+        while len(seen) < seen_after + 2 and not failures:
+            pass
+    finally:
+        done.set()
+        reader.join()
+    assert not failures, failures[:3]
+    assert set(seen) <= {1000, 2000, 3000, 4000, 5} and 5 in seen
+    assert gw.spark.sql("DESCRIBE TABLE EXTENDED src").where("col_name = 'Comment'").first()[1] == "kept"

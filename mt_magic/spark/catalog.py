@@ -69,6 +69,18 @@ class TableFacts:
     kind: str                       # MANAGED, EXTERNAL, VIEW
     location: str | None
     partition_columns: tuple[str, ...]
+    reads_as: tuple = ()            # what readers read by: columns and types, provider, options
+
+
+def _reads_as(rows: list[tuple], details: dict[str, str]) -> tuple:
+    columns = []
+    for row in rows:
+        if not row[0] or row[0].startswith("#"):
+            break
+        columns.append((row[0], row[1]))
+    options = sorted(o for o in details.get("Storage Properties", "").strip("[]").split(", ")
+                     if o and not o.startswith("path="))
+    return tuple(columns), details.get("Provider"), tuple(options)
 
 
 def table_facts(spark: Any, quoted: str) -> TableFacts:
@@ -82,7 +94,8 @@ def table_facts(spark: Any, quoted: str) -> TableFacts:
             if not row[0] or row[0].startswith("#"):
                 break
             partition_columns.append(row[0])
-    return TableFacts(details.get("Type", ""), details.get("Location"), tuple(partition_columns))
+    return TableFacts(details.get("Type", ""), details.get("Location"), tuple(partition_columns),
+                      _reads_as(rows, details))
 
 
 def refresh_listings(spark: Any, identifiers: tuple[str, ...]) -> None:

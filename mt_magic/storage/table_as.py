@@ -55,6 +55,7 @@ class TableAsTarget:
     replaced_managed: bool = False          # the table replaced is managed: its folder moves on RENAME
     replaced_location: str | None = None
     replaced_versions: str | None = None    # the table replaced keeps versions in this folder
+    replaced_reads_as: tuple = ()           # how readers read the table replaced (table_facts)
 
     @property
     def identifier(self) -> str:
@@ -94,7 +95,9 @@ def plan_target(spark: Any, parts: tuple[str, str, str], options: Mapping[str, s
         raise ValidationError(f"Table {identifier} already exists.")
     facts = table_facts(spark, target.quoted())
     return replace(target, exists=True, replaced_managed=facts.kind == "MANAGED",
-                   replaced_location=facts.location, replaced_versions=properties.get(VERSIONS_PROPERTY))
+                   replaced_location=facts.location, replaced_versions=properties.get(VERSIONS_PROPERTY),
+                   replaced_reads_as=facts.reads_as if properties.get(VERSIONS_PROPERTY)
+                   and not facts.partition_columns else ())
 
 
 def table_properties(spark: Any, quoted: str) -> dict[str, str]:
@@ -168,9 +171,20 @@ def retire_versions(spark: Any, quoted: str, pending: PendingWrites) -> Callable
 
 
 def _swap_in(spark: Any, target: TableAsTarget, staging: str, backup: str | None) -> None:
-    """One rename makes the complete table visible; REPLACE moves the old one aside first."""
+    """One rename makes the complete table visible; REPLACE moves the old one aside first. A table
+    that keeps versions and is read the same way as before (columns, types, format, options; not
+    partitioned) keeps its name: one location change publishes the new version, and no reader ever
+    finds the name missing."""
     if backup is None:
         _rename(spark, target, staging, target.name, f"Publishing {target.identifier}")
+        return
+    staged = table_facts(spark, target.quoted(staging)) if target.replaced_reads_as else None
+    if staged is not None and staged.reads_as == target.replaced_reads_as and not staged.partition_columns:
+        spark_call(lambda: spark.sql(f"ALTER TABLE {target.quoted()} SET LOCATION {sql_string(staged.location)}"),
+                   f"Publishing {target.identifier}")
+        spark.sql(f"DROP TABLE {target.quoted(staging)}")       # external: its folder is the table's now
+        spark.sql(f"ALTER TABLE {target.quoted()} SET TBLPROPERTIES ('comment' = {sql_string(target.comment)})"
+                  if target.comment else f"ALTER TABLE {target.quoted()} UNSET TBLPROPERTIES IF EXISTS ('comment')")
         return
     _rename(spark, target, target.name, backup, f"Moving the old {target.identifier} aside")
     try:
