@@ -20,7 +20,7 @@ import sys, time
 from mt_magic import Gateway
 from mt_magic.session import local_session
 
-spark = local_session("first-use", warehouse={warehouse!r}, remote="local[2]")
+spark = local_session("first-use", warehouse={warehouse!r}, remote={remote!r})
 gw = Gateway(spark, catalog_store={store!r})
 gw.execute("SHOW MATERIALIZED TABLES")
 {body}
@@ -29,11 +29,13 @@ print("end", time.time(), flush=True)
 """
 
 
-def run_script(tmp_path: Path, body: str = "", ending: str = "", env: dict | None = None) -> tuple[float, str, str]:
-    """Run a Connect script; returns the seconds from its last line to its exit, and its output."""
+def run_script(tmp_path: Path, body: str = "", ending: str = "", env: dict | None = None,
+               remote: str | None = "local[2]") -> tuple[float, str, str]:
+    """Run a script (over Connect unless `remote` is None); returns the seconds from its last line to
+    its exit, and its output."""
     path = tmp_path / "script.py"
     path.write_text(SCRIPT.format(warehouse=str(tmp_path / "warehouse"), store=str(tmp_path / "store.json"),
-                                  body=textwrap.dedent(body), ending=ending))
+                                  body=textwrap.dedent(body), ending=ending, remote=remote))
     process = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=env or _env(), cwd=tmp_path, start_new_session=True)
     try:
@@ -99,3 +101,23 @@ def test_a_client_of_the_service_finds_its_store_and_shares_its_default_catalog(
         wait_for(lambda: scheduled(service.store, "mf", service.process.pid), timeout=60)
     finally:
         assert service.stop() == 0, service.log.read_text()
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("remote", [None, "local[2]"])
+def test_a_notebook_that_creates_its_sources_runs_again_after_a_restart(tmp_path, remote):
+    """A kernel restart forgets Spark's in-memory catalog, not the warehouse: the second run finds its
+    tables again, and overwriting them works as with a persistent catalog."""
+    body = """
+        spark.sql("CREATE DATABASE IF NOT EXISTS shop")
+        run = len(spark.catalog.listTables("shop"))
+        spark.range(5 + run).write.mode("overwrite").saveAsTable("sales")
+        (spark.range(6).selectExpr("id", "CAST(id % 2 AS STRING) AS g")
+         .write.mode("overwrite").partitionBy("g").saveAsTable("shop.parts"))
+        spark.sql("CREATE TABLE IF NOT EXISTS shop.kept USING parquet AS SELECT 1 AS one")
+        print("counts", spark.table("sales").count(), spark.table("shop.parts").count(),
+              spark.table("shop.kept").count(), flush=True)
+    """
+    for expected in ("counts 5 6 1", "counts 7 6 1"):      # the second run found shop's two tables
+        _, out, err = run_script(tmp_path, body=body, remote=remote)
+        assert expected in out, out + err

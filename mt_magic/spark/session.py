@@ -92,8 +92,8 @@ def local_session(app_name: str = "mt_magic", warehouse: str | None = None, remo
         conf["spark.sql.warehouse.dir"] = warehouse
     remote = remote or os.environ.get(REMOTE_ENV)
     if remote:
-        return _connect_session(remote, app_name, conf, quiet=True)
-    return _classic_session("local[2]", app_name, conf, quiet=True)
+        return _connect_session(remote, app_name, conf, local=True)
+    return _classic_session("local[2]", app_name, conf, local=True)
 
 
 def service_session(master: str | None, remote: str | None, conf: Mapping[str, str],
@@ -109,15 +109,16 @@ def service_session(master: str | None, remote: str | None, conf: Mapping[str, s
 
 
 def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connect_port: int | None = None,
-                     quiet: bool = False) -> Any:
+                     local: bool = False) -> Any:
     """A classic session; with `connect_port`, one that serves Spark Connect there too. Its sessions
     then read table locations from the catalog each time (no per-session relation cache), so one
     session's publish is what every other session reads next.
 
     Its Python workers (UDFs, a Connect client's foreachBatch) run this interpreter unless
-    PYSPARK_PYTHON says otherwise: a kernel in a virtual environment needs no setting. `quiet` sends
-    the JVM's own output to `spark_log_path()` instead of this process's stdout and stderr, which a
-    notebook shows in whatever cell runs."""
+    PYSPARK_PYTHON says otherwise: a kernel in a virtual environment needs no setting. A `local`
+    session (a notebook's, the demo's, the tests') sends the JVM's own output to `spark_log_path()`
+    instead of this process's stdout and stderr, which a notebook shows in whatever cell runs, and
+    registers again the managed tables a previous run left in its warehouse (spark/warehouse.py)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = dict(conf)
@@ -128,9 +129,12 @@ def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connec
                     "spark.sql.filesourceTableRelationCacheSize": "0", **conf}
     for key, value in settings.items():
         builder = builder.config(key, value)
-    if quiet:
+    if local:
         _launch_quietly(settings)
     spark = builder.getOrCreate()
+    if local and spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory":
+        from mt_magic.spark.warehouse import adopt_leftover_tables
+        adopt_leftover_tables(spark)      # what the previous run's catalog forgot (a notebook restart)
     spark.sparkContext.setLogLevel("ERROR")
     loggers = ["SQLQueryContextLogger"]
     if connect_port is not None:
@@ -154,7 +158,7 @@ def _launch_quietly(settings: Mapping[str, str]) -> None:
             gateway=launch_gateway(conf, popen_kwargs={"stdout": log_file, "stderr": log_file}))
 
 
-def _connect_session(remote: str, app_name: str, conf: dict[str, str], quiet: bool = False) -> Any:
+def _connect_session(remote: str, app_name: str, conf: dict[str, str], local: bool = False) -> Any:
     """A Spark Connect client. For 'local[N]' the server is a classic session of this process that
     serves Connect on a free port (as PySpark's own local mode does, but never on a taken port)."""
     import warnings
@@ -163,7 +167,7 @@ def _connect_session(remote: str, app_name: str, conf: dict[str, str], quiet: bo
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)   # inherited from a parent client process
     if remote.startswith("local"):
         port = _free_port()
-        _classic_session(remote, app_name, conf, port, quiet)
+        _classic_session(remote, app_name, conf, port, local)
         remote = f"sc://127.0.0.1:{port}"
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"    # PySpark's own mark of a Connect client process
     client = ConnectSession.builder.remote(remote)
