@@ -3,9 +3,11 @@
 The session is what `SparkSession.builder.getOrCreate()` gives a user (200 shuffle partitions), with
 the UI off. Printed, in one run:
 (a) a scheduled FULL refresh when no source changed (SKIPPED; target ≤ 100 ms), beside a real one;
-(b) after 1 of 100 source partitions changed, the refresh ÷ the refresh after all 100 changed
-    (target ≤ 1/20), and Spark's floor for the same work (the query for 1 partition ÷ for all 100,
-    written to a folder);
+(b) after 1 of 100 source partitions changed, the refresh ÷ the refresh after all 100 changed, beside
+    Spark's floor for the same work (the query for 1 partition ÷ for all 100, written to a folder);
+    every timed refresh is checked in the history to have run (SUCCEEDED, on the partitions that
+    changed), never a skip. Target: the one-partition refresh costs at most Spark's one-partition
+    floor + 0.5 s (the versioned publish, the listing of the sources and the store write);
 (c) p95 lag at FRESHNESS 2 s, streaming and recompute strategies (targets ≤ freshness + 1 s, and
     ≤ freshness + the query's time);
 (d) idle CPU of 20 CONTINUOUS tables (10 streaming, 10 recompute) with unchanged sources (target
@@ -23,7 +25,7 @@ from datetime import datetime
 from pyspark.sql import SparkSession
 
 from continuous_lag import cpu_seconds, lag_samples  # benchmarks/ is the script's own folder
-from workload import timed
+from workload import exit_on_missed, last_run, timed
 from mt_magic import Gateway
 
 PARTITIONS = 100
@@ -74,7 +76,9 @@ def main() -> None:
             "CAST(id % 50 AS INT) AS product_id", "CAST(id % 97 AS DOUBLE) AS amount",
             f"format_string('d%03d', CAST(id % {PARTITIONS} AS INT)) AS ds").write.insertInto("sales")
         query = "SELECT ds, product_id, SUM(amount) AS total FROM sales GROUP BY ds, product_id"
-        gateway.execute(f"CREATE MATERIALIZED TABLE by_day PARTITIONED BY (ds) FRESHNESS = INTERVAL '1' HOUR "
+        # FRESHNESS 1 DAY: the scheduler's own fires stay out of the timed window (a fire at the top of
+        # an hour would refresh first, and the benchmark's refresh would be a skip).
+        gateway.execute(f"CREATE MATERIALIZED TABLE by_day PARTITIONED BY (ds) FRESHNESS = INTERVAL '1' DAY "
                         f"REFRESH_MODE = FULL AS {query}")
 
         # (a) skipped
@@ -87,10 +91,11 @@ def main() -> None:
         for round_ in range(3):
             spark.sql(f"INSERT INTO sales VALUES (1, {round_}.5, 'd042')")
             one.append(timed(lambda: gateway.refresh("by_day", schedule_time=stamp())))
-            assert gateway.history("by_day", limit=1)[0]["partitions"] == {"ds": "d042"}
+            last_run(gateway, "by_day", {"ds": "d042"})
             spark.range(PARTITIONS).selectExpr("1 AS product_id", f"{round_}.25 AS amount",
                                                "format_string('d%03d', CAST(id AS INT)) AS ds").write.insertInto("sales")
             every.append(timed(lambda: gateway.refresh("by_day", schedule_time=stamp())))
+            last_run(gateway, "by_day")
             floor_one.append(timed(lambda: spark.sql(query).where("ds = 'd042'").write.mode("overwrite")
                                    .parquet(os.path.join(work, "floor_one"))))
             floor_all.append(timed(lambda: spark.sql(query).write.mode("overwrite").partitionBy("ds")
@@ -130,14 +135,19 @@ def main() -> None:
     print("Refreshes that cost what changed (local[2], default session: 200 shuffle partitions)")
     print(f"(a) skipped scheduled refresh: median {1000 * statistics.median(skips):.1f} ms, max "
           f"{1000 * max(skips):.1f} ms (target <= 100 ms); a full refresh took {1000 * full:.0f} ms")
-    print(f"(b) 1 of {PARTITIONS} partitions changed: {statistics.median(one):.2f} s; all changed: "
-          f"{statistics.median(every):.2f} s; ratio 1/{statistics.median(every) / statistics.median(one):.1f} "
-          f"(target <= 1/20); Spark's floor for the same work: {statistics.median(floor_one):.2f} s vs "
-          f"{statistics.median(floor_all):.2f} s = 1/{statistics.median(floor_all) / statistics.median(floor_one):.1f}")
+    one_s, every_s = statistics.median(one), statistics.median(every)
+    floor_one_s, floor_all_s = statistics.median(floor_one), statistics.median(floor_all)
+    print(f"(b) 1 of {PARTITIONS} partitions changed: {one_s:.2f} s; all changed: {every_s:.2f} s; ratio "
+          f"1/{every_s / one_s:.1f}; Spark's floor for the same work: {floor_one_s:.2f} s vs {floor_all_s:.2f} s "
+          f"= 1/{floor_all_s / floor_one_s:.1f}; our one-partition refresh ÷ Spark's: {one_s / floor_one_s:.2f} "
+          f"(+{one_s - floor_one_s:.2f} s, target <= +0.5 s)")
     print(f"(c) p95 lag at FRESHNESS 2 s: {strategies[0]} {p95(streamed):.2f} s (target <= 3 s); "
           f"{strategies[1]} {p95(recomputed):.2f} s (target <= 2 s + query {query_time:.2f} s)")
     print(f"(d) idle CPU, 20 CONTINUOUS tables at 5 s, sources unchanged: {idle:.1f} % of a core vs "
           f"{baseline_idle:.1f} % with none: +{idle - baseline_idle:.1f} % (target < 5 %)")
+    exit_on_missed({"(a) skip": statistics.median(skips) <= 0.1, "(b) partition": one_s - floor_one_s <= 0.5,
+                    "(c) streaming lag": p95(streamed) <= 3.0, "(c) recompute lag": p95(recomputed) <= 2.0 + query_time,
+                    "(d) idle CPU": idle - baseline_idle < 5.0})
 
 
 if __name__ == "__main__":

@@ -315,7 +315,7 @@ class Pipelines:
                 published_at=now_iso()))
             self._record(current, trigger, outcome)
             if self.owner:       # leftovers are the owner's to sweep, never a client's
-                self.ws.storage.sweep(updated, self.ws.retention_s())
+                self.ws.storage.sweep(updated, self.ws.retention_s(), just_published=True)
             return updated, outcome
 
     def _record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome) -> None:

@@ -259,7 +259,7 @@ class _Sink:
         storage.files.mkdirs(version)
         published = storage.publish(table, version, Target())
         updated = store.update(self.identifier, lambda t: t.evolve(storage=published))
-        storage.sweep(updated, self.retention_s)
+        storage.sweep(updated, self.retention_s, just_published=True)
 
 
 class _Listener(StreamingQueryListener):

@@ -8,13 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, Observation
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from mt_magic.catalog.model import Column, MaterializedTable, Storage
 from mt_magic.storage.versions import Target, TableStorage, data_source_options, folder_writer
 from mt_magic.spark.catalog import refresh_listings
 from mt_magic.spark.errors import spark_call
+from mt_magic.spark.frames import counting_rows, query_frame
 from mt_magic.spark.jobs import job_scope
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
@@ -33,19 +34,20 @@ def job_group(table: MaterializedTable) -> str:
 
 
 def table_dataframe(spark: Any, table: MaterializedTable) -> DataFrame:
-    return shape(spark.sql(table.definition_query), table.columns, table.identifier)
+    return shape(query_frame(spark, table.definition_query), table.columns, table.identifier)
 
 
 def shape(source: DataFrame, columns: Sequence[Column], identifier: str) -> DataFrame:
-    """The query's output shaped into the table's columns: order, declared types, NOT NULL."""
-    nullable = {f.name.lower(): f.nullable for f in source.schema.fields}
+    """The query's output shaped into the table's columns: order, declared types, NOT NULL (checked
+    on every NOT NULL column: asking the query's schema which are nullable would cost a round trip
+    over Connect, and Spark drops the check where the value cannot be NULL)."""
     expressions = []
     for column in columns:
         if column.computed is not None:
             expression = f"({column.computed})"
         else:
             expression = quote_identifier(column.name)
-            if not column.nullable and nullable.get(column.name.lower(), True):
+            if not column.nullable:
                 message = sql_string(f"Column '{column.name}' of {identifier} is NOT NULL, "
                                      "but the query produced a NULL.")
                 expression = f"coalesce({expression}, raise_error({message}))"
@@ -73,9 +75,7 @@ def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable,
     with job_scope(spark, group, f"refresh {table.identifier} ({described or 'table'})"):
         # Another session or application may have written a source: read what is there now.
         refresh_listings(spark, table.source_tables)
-        frame = refresh_frame(spark, table, target)
-        observation = Observation(f"rows_{time.monotonic_ns()}")
-        frame = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
+        frame, rows = counting_rows(refresh_frame(spark, table, target))
         version = storage.new_version(table)
         writer = folder_writer(frame, table.storage.format, data_source_options(
             {**table.options, **(dynamic_options or {})}), table.partition_keys)
@@ -89,5 +89,5 @@ def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable,
                 storage.discard_version(table, version)
             raise
         storage.written(version)
-    return RefreshResult(published, int(observation.get.get("rows", 0)),
+    return RefreshResult(published, rows(),
                          time.monotonic() - started, group)

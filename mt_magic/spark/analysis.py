@@ -22,6 +22,7 @@ from pyspark.sql import types as T
 from mt_magic.errors import SparkError, ValidationError
 from mt_magic.spark.catalog import builtin_functions, is_catalog, temporary_functions
 from mt_magic.spark.commands import alongside, command_rows
+from mt_magic.spark.frames import query_frame
 from mt_magic.spark.errors import SPARK_ERRORS, error_class, query_position, spark_call, spark_message
 from mt_magic.spark.session import is_connect
 from mt_magic.sql.relations import NameRef, cte_scopes, in_cte_scope, is_query, relation_positions
@@ -194,7 +195,7 @@ class QueryAnalyzer:
             raise ValidationError("The query of a materialized table must be a query (SELECT, VALUES, "
                                   "FROM or TABLE, after an optional WITH clause), not a statement.")
         try:
-            frame = self._query_frame(query)
+            frame = query_frame(self.spark, query)
             plans = alongside(self.spark, self._plan_text, frame)
             frame.schema    # noqa: B018 - analyses a Connect DataFrame; its errors come first
             return frame, plans.result()
@@ -202,15 +203,6 @@ class QueryAnalyzer:
             parse = (error_class(error) or "").startswith("PARSE") or "PARSE_SYNTAX_ERROR" in str(error)
             what = "The query does not parse" if parse else "The query is not valid"
             raise SparkError(f"{what}: {spark_message(error)}", query_position(error, query)) from None
-
-    def _query_frame(self, query: str) -> Any:
-        """A DataFrame of a query. `spark.sql` over Connect first sends the text to be run as a command
-        (one round trip more than analysing it needs); a query's plan can be built here instead."""
-        if not self._connect:
-            return self.spark.sql(query)
-        from pyspark.sql.connect.dataframe import DataFrame
-        from pyspark.sql.connect.plan import SQL
-        return DataFrame(SQL(query), self.spark)
 
     def _plan_text(self, frame: Any) -> str:
         """Spark's plans of an analysed query as text: over Connect EXPLAIN's (parsed and analysed, one
@@ -225,7 +217,7 @@ class QueryAnalyzer:
             relations = self._jvm_relations(query)
         else:
             if plans is None:
-                plans = self._plan_text(self._query_frame(query))
+                plans = self._plan_text(query_frame(self.spark, query))
             relations = self._connect_relations(query, plans.split(_ANALYZED, 1)[0])
         scopes = cte_scopes(query)
         return sorted((ref for ref in relations if not in_cte_scope(ref, scopes)), key=lambda r: r.start)

@@ -7,6 +7,7 @@ import os
 import re
 import sys
 import tempfile
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,9 +58,22 @@ def conf_value(spark: Any, key: str) -> str | None:
 
 
 def session_info(spark: Any) -> SessionInfo:
+    """Asked once per session (over Connect each conf is a round trip; neither changes)."""
+    try:
+        return _INFO[spark]
+    except (KeyError, TypeError):
+        pass
     conf = spark.conf
-    return SessionInfo(conf.get("spark.master", "unknown"), conf.get("spark.app.id", "unknown"),
+    info = SessionInfo(conf.get("spark.master", "unknown"), conf.get("spark.app.id", "unknown"),
                        is_connect(spark))
+    try:
+        _INFO[spark] = info
+    except TypeError:      # a session that cannot be weakly referenced is asked each time
+        pass
+    return info
+
+
+_INFO: weakref.WeakKeyDictionary[Any, SessionInfo] = weakref.WeakKeyDictionary()
 
 
 _QUIET_CONF = {

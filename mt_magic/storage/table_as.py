@@ -19,8 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pyspark.sql import DataFrame, Observation
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 
 from mt_magic.catalog.pending import PendingWrites
 from mt_magic.errors import ValidationError
@@ -32,6 +31,7 @@ from mt_magic.spark.catalog import (TableLookup, database_location, lookup_table
 from mt_magic.spark.commands import command_rows
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files, files_for
+from mt_magic.spark.frames import counting_rows
 from mt_magic.sql.statements import quote_identifier, sql_string
 
 CREATE, IF_NOT_EXISTS, REPLACE = "create", "if-not-exists", "replace"
@@ -124,8 +124,8 @@ def write_table_as(spark: Any, frame: DataFrame, target: TableAsTarget, pending:
         "staging": staging, "backup": backup, "path": location, "path_existed": location_existed,
         "replaced": target.replaced_location if target.replaced_versions else None,
         "folders": aside})
-    observation = Observation(f"ctas_{suffix}")
-    writer = folder_writer(frame.observe(observation, F.count(F.lit(1)).alias("rows")), target.format,
+    counted, rows = counting_rows(frame)
+    writer = folder_writer(counted, target.format,
                            data_source_options(target.options), target.partition_keys)
     if location is not None:
         writer = writer.option("path", location)
@@ -150,9 +150,8 @@ def write_table_as(spark: Any, frame: DataFrame, target: TableAsTarget, pending:
     if target.replaced_versions and target.replaced_location:
         pending.retire(target.replaced_location)      # a reader of the old version finishes first
     pending.end(note_id)
-    rows = int(observation.get.get("rows", 0))
     verb = "Replaced" if target.exists else "Created"
-    return Result.ok(f"{verb} table {target.identifier} ({target.format}, {rows} rows).")
+    return Result.ok(f"{verb} table {target.identifier} ({target.format}, {rows()} rows).")
 
 
 def retire_versions(spark: Any, quoted: str, pending: PendingWrites) -> Callable[[], None] | None:

@@ -163,7 +163,8 @@ class TableStorage:
             ddl.append(f"COMMENT {sql_string(table.comment)}")
         ddl.append(f"LOCATION {sql_string(storage.location)}")
         ddl.append(f"TBLPROPERTIES ({sql_string(TABLE_PROPERTY)} = 'true')")
-        with partition_metadata(self.spark, storage.catalog_partitions):
+        # Only a partitioned table's DDL reads the setting (three round trips over Connect).
+        with partition_metadata(self.spark, storage.catalog_partitions or not table.partition_keys):
             spark_call(lambda: self.spark.sql("\n".join(ddl)), f"Creating the Spark table {table.identifier}")
 
     def add_columns(self, table: MaterializedTable, count: int) -> None:
@@ -267,15 +268,17 @@ class TableStorage:
                    f"Dropping partitions of {table.identifier}")
 
     # -------------------------------------------------------------- sweep
-    def sweep(self, table: MaterializedTable, retention_s: float) -> None:
+    def sweep(self, table: MaterializedTable, retention_s: float, just_published: bool = False) -> None:
         """Delete versions no longer referenced, once they have been unreferenced for a while.
 
         The first sweep that finds a version unreferenced marks it; a later one deletes it when
         the mark is older than the retention, so a reader planned before the switch can finish.
         Referenced: what the record publishes, and what Spark's entry reads (they differ after a
-        kill between a publish and its record, until the next owner puts Spark back).
+        kill between a publish and its record, until the next owner puts Spark back). Right after
+        this session published the record's version (`just_published`), under the table's lock,
+        Spark's entry is the record's: it is not read again (a refresh saves those round trips).
         """
-        referenced = self._referenced(table)
+        referenced = self._referenced(table, read_spark=not just_published)
         entries = self.files.list(table.storage.root)
         writers = _writers(entries)
         for entry in entries:
@@ -308,10 +311,10 @@ class TableStorage:
             self.files.delete(version)
         self.written(version)
 
-    def _referenced(self, table: MaterializedTable) -> set[str]:
+    def _referenced(self, table: MaterializedTable, read_spark: bool = True) -> set[str]:
         storage = table.storage
         locations = {storage.location} | {p.location for p in storage.partitions}
-        if self.exists(table):
+        if read_spark and self.exists(table):
             locations.add(table_facts(self.spark, table.quoted).location or "")
             if table.partition_keys and storage.catalog_partitions:
                 locations |= set(partition_locations(self.spark, table.quoted, table.partition_keys).values())
