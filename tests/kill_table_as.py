@@ -27,5 +27,5 @@ def rename_then_die_before_the_second(*args) -> None:
 
 
 table_as._rename = rename_then_die_before_the_second
-gateway.execute(f"CREATE OR REPLACE TABLE {database}.t AS SELECT 2 AS gen")
+gateway.execute(f"CREATE OR REPLACE TABLE {database}.t AS SELECT 2 AS gen, 'b' AS tag")   # read otherwise: renamed
 print("finished", flush=True)
