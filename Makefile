@@ -41,3 +41,4 @@ benchmark: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/service.py
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/changes.py
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/history.py
+	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/tpch.py

@@ -2,8 +2,10 @@
 
 (a) a full refresh of a materialized table over a 1M-row source ÷ plain INSERT OVERWRITE of the same
     query into an ordinary table, median of 5, each after the source was rewritten (target ≤ 1.05)
-(b) refresh of one daily partition of a 100-partition table ÷ a full refresh of it   (target ≤ 1/20),
-    beside plain Spark overwriting the same partition: the fixed cost of any Spark job
+(b) refresh of one daily partition of a 100-partition table (each after a change of that day, so it
+    runs) ÷ a full refresh of it, beside plain Spark overwriting the same partition, which is the
+    floor: the fixed cost of any Spark job. Target: at most plain's + 0.15 s (the versioned publish,
+    the record and the history)
 (c) statement overhead of CREATE / ALTER / SHOW beyond Spark's own analysis          (target ≤ 50 ms)
 """
 
@@ -65,9 +67,10 @@ def main() -> None:
         print(f"(a) full refresh of 1M-row source: {full:.3f} s; plain INSERT OVERWRITE: {plain:.3f} s; "
               f"ratio {full / plain:.3f} (target <= 1.05)")
         print(f"(b) one of 100 daily partitions: {partition:.3f} s; whole table: {full:.3f} s; "
-              f"ratio {partition / full:.3f} = 1/{full / partition:.1f} (target <= 1/20)")
+              f"ratio {partition / full:.3f} = 1/{full / partition:.1f}")
         print(f"    plain Spark, same partition: {plain_partition:.3f} s = 1/{plain / plain_partition:.1f} "
-              f"of its full overwrite; our partition refresh ÷ plain's: {partition / plain_partition:.3f}")
+              f"of its full overwrite; our partition refresh ÷ plain's: {partition / plain_partition:.3f} "
+              f"(+{partition - plain_partition:.3f} s, target <= +0.15 s)")
         print(f"    Spark's own analysis of the query: {analysis * 1000:.1f} ms")
         print(f"    Spark creating an empty table of that schema: {ddl * 1000:.1f} ms")
         print(f"(c) CREATE (no initial fill) overhead beyond analysis: {(create - analysis) * 1000:.1f} ms, "
@@ -77,7 +80,7 @@ def main() -> None:
     finally:
         gateway.close()
         spark.stop()
-    exit_on_missed({"(a) full refresh": full / plain <= 1.05, "(b) one partition": partition / full <= 1 / 20,
+    exit_on_missed({"(a) full refresh": full / plain <= 1.05, "(b) one partition": partition - plain_partition <= 0.15,
                     "(c) statement overhead": max(create - analysis - ddl, alter - analysis, suspend, show) <= 0.05})
 
 
