@@ -30,11 +30,12 @@ class Lifecycle:
         identifier = table.identifier
         self.ws.store.put(table)
         step = "creating the Spark table"
+        continuous = table.refresh_mode == CONTINUOUS
+        # A CONTINUOUS table is filled before CREATE returns, so a SELECT right after sees data.
+        filled = continuous or self.ws.options.get(cfg.FULL_INITIALIZE) != "on-schedule"
         try:
-            self.ws.storage.create(table)
-            continuous = table.refresh_mode == CONTINUOUS
-            # A CONTINUOUS table is filled before CREATE returns, so a SELECT right after sees data.
-            if continuous or self.ws.options.get(cfg.FULL_INITIALIZE) != "on-schedule":
+            self.ws.storage.create(table, filled_next=filled)
+            if filled:
                 step = "running the initial refresh"
                 table, _ = self.pipelines.run(table, {}, Trigger.INITIAL)
             step = "starting the continuous refresh job" if continuous else "creating the refresh workflow"
@@ -42,6 +43,7 @@ class Lifecycle:
             table = self.ws.store.update(identifier, lambda t: t.evolve(
                 refresh_status=ACTIVATED, refresh_handler=handler))
         except BaseException as error:
+            self.ws.storage.forget_deferred(table)
             self.pipelines.discard(table)
             detail = str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
             raise ExecutionError(f"Failed to create materialized table {identifier} while {step}: "

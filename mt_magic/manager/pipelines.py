@@ -33,6 +33,8 @@ from mt_magic.refresh.full import job_group, run_refresh
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT, periodic_partition
 from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, next_fire, workflow_name, zone_named
 from mt_magic.results import Result
+from mt_magic.spark.catalog import refresh_listings
+from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import SPARK_ERRORS, spark_call, spark_message
 from mt_magic.spark.jobs import cancel_jobs
 from mt_magic.spark.session import session_info
@@ -276,6 +278,11 @@ class Pipelines:
                 raise TableNotFoundError(f"Materialized table {identifier} was dropped.")
             dynamic = current.dynamic_options if trigger in (Trigger.SCHEDULED, Trigger.CATCH_UP) else {}
             started_at, started = now_iso(), time.monotonic()
+            # When the snapshot asks the catalog where the sources live (after a change it does), the
+            # session forgets its cached listings of them at the same time (over Connect the two
+            # requests travel together): a refresh reads what is there now.
+            listings = alongside(self.ws.spark, refresh_listings, self.ws.spark, current.source_tables) \
+                if self.snapshots.looks_up(current) else None
             # Taken before the refresh reads: a change while it runs shows at the next comparison.
             snapshot = spark_call(lambda: self.snapshots.take(current), f"Reading the sources of {identifier}")
             comparison = compare(current.source_snapshot, snapshot, bool(volatile(current)))
@@ -293,7 +300,7 @@ class Pipelines:
                 target = Target(key=comparison.key, values=comparison.values)
             self._running.add(identifier)
             try:
-                result = run_refresh(self.ws.spark, self.ws.storage, current, target, dynamic)
+                result = run_refresh(self.ws.spark, self.ws.storage, current, target, dynamic, listings)
             except BaseException as error:
                 message = str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
                 outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.FAILED, None,

@@ -141,6 +141,12 @@ class Snapshots:
             listing.update(self.files.listing(location))
         return listing
 
+    def looks_up(self, table: MaterializedTable) -> bool:
+        """The next snapshot asks Spark's catalog where a source lives (a round trip each)."""
+        return any(self.store.get(source) is None and
+                   time.monotonic() - self._folders.get(source, (0.0, None))[0] > FACTS_TTL_S
+                   for source in table.source_tables)
+
     def forget(self, table: MaterializedTable) -> None:
         """A source changed: its folder is looked up again next time (it may have moved)."""
         for source in table.source_tables:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from concurrent.futures import Future
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,15 +67,19 @@ def refresh_frame(spark: Any, table: MaterializedTable, target: Target) -> DataF
     return frame
 
 
-def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable,
-                target: Target, dynamic_options: dict[str, str] | None = None) -> RefreshResult:
-    """Write a new version from the current source data and publish it; the old stays on failure."""
+def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable, target: Target,
+                dynamic_options: dict[str, str] | None = None, listings: Future | None = None) -> RefreshResult:
+    """Write a new version from the current source data and publish it; the old stays on failure.
+    `listings`: the sources' cached listings are being forgotten already (wait for it)."""
     started = time.monotonic()
     group = job_group(table)
     described = ", ".join(f"{k}={v}" for k, v in target.describe().items())
     with job_scope(spark, group, f"refresh {table.identifier} ({described or 'table'})"):
         # Another session or application may have written a source: read what is there now.
-        refresh_listings(spark, table.source_tables)
+        if listings is not None:
+            listings.result()
+        else:
+            refresh_listings(spark, table.source_tables)
         frame, rows = counting_rows(refresh_frame(spark, table, target))
         version = storage.new_version(table)
         writer = folder_writer(frame, table.storage.format, data_source_options(

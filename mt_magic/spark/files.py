@@ -96,10 +96,16 @@ class HadoopFiles(Files):
         return bool(fs.exists(jpath))
 
     def mkdirs(self, path: str) -> None:
+        if _is_local(path):           # done here: no JVM round trip
+            LocalFiles().mkdirs(path)
+            return
         fs, jpath = self._fs(path)
         fs.mkdirs(jpath)
 
     def delete(self, path: str) -> None:
+        if _is_local(path):
+            LocalFiles().delete(path)
+            return
         fs, jpath = self._fs(path)
         fs.delete(jpath, True)
 
@@ -109,6 +115,9 @@ class HadoopFiles(Files):
             raise OSError(f"Could not rename {source} to {target}.")
 
     def touch(self, path: str) -> None:
+        if _is_local(path):
+            LocalFiles().touch(path)
+            return
         fs, jpath = self._fs(path)
         fs.create(jpath, True).close()
 
@@ -128,7 +137,7 @@ class HadoopFiles(Files):
         self._file_util.copy(fs, jsource, target_fs, jtarget, False, self._conf)
 
     def listing(self, path: str) -> Listing:
-        if urlparse(path).scheme == "file":      # read here: no JVM round trip per file
+        if _is_local(path):      # read here: no JVM round trip per file
             return _walk(unquote(urlparse(path).path))
         fs, jpath = self._fs(path)
         if not fs.exists(jpath):
@@ -147,6 +156,11 @@ class HadoopFiles(Files):
         if not fs.exists(jpath):
             return None
         return time.time() - fs.getFileStatus(jpath).getModificationTime() / 1000.0
+
+
+def _is_local(path: str) -> bool:
+    """A `file:` URI: this process reaches it directly."""
+    return urlparse(path).scheme == "file"
 
 
 def _hidden(relative: str) -> bool:

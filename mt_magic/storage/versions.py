@@ -13,14 +13,14 @@ import socket
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote
 
 from mt_magic.catalog.lease import process_alive
 from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage
-from mt_magic.errors import ValidationError
+from mt_magic.errors import SparkError, ValidationError
 from mt_magic.spark.catalog import (check_data_source, partition_clause, partition_locations,
                                     partition_metadata, switch_partition_locations, table_facts)
 from mt_magic.spark.errors import spark_call
@@ -98,6 +98,7 @@ class TableStorage:
     def __init__(self, spark: Any) -> None:
         self.spark = spark
         self.files = files_for(spark)
+        self._deferred: set[str] = set()      # tables whose first publish creates the Spark table
 
     # ------------------------------------------------------------- catalog
     def exists(self, table: MaterializedTable) -> bool:
@@ -109,10 +110,21 @@ class TableStorage:
         return Storage(root, fmt, f"{root}/{EMPTY_DIR}", (), owns_root,
                        catalog_partitions=not is_connect(self.spark))
 
-    def create(self, table: MaterializedTable) -> None:
-        """The Spark table, external, on its empty first version."""
+    def create(self, table: MaterializedTable, filled_next: bool = False) -> None:
+        """The Spark table, external, on its empty first version. `filled_next`: a refresh follows at
+        once, and its publish creates the table on the version it wrote (one catalog call instead of
+        two; readers find no table, then the full one). A table whose partitions live in the catalog
+        is created at once: its location must not be a version that later refreshes supersede."""
+        if filled_next and not (table.partition_keys and table.storage.catalog_partitions):
+            self.files.mkdirs(table.storage.root)      # where the refresh notes its version
+            self._deferred.add(table.identifier)
+            return
         self.files.mkdirs(table.storage.location)
         self._create_table(table, table.storage)
+
+    def forget_deferred(self, table: MaterializedTable) -> None:
+        """The refresh that was to create the table did not publish (a failed CREATE)."""
+        self._deferred.discard(table.identifier)
 
     def register(self, table: MaterializedTable) -> None:
         """Put a table back into a fresh Spark catalog (a new kernel) at its published versions."""
@@ -212,6 +224,10 @@ class TableStorage:
     def publish(self, table: MaterializedTable, version: str, target: Target) -> Storage:
         """Make `version` what readers see: the whole table, or the partitions the target matches."""
         storage = table.storage
+        if table.identifier in self._deferred:
+            self._deferred.discard(table.identifier)
+            if self._created_at(table, version):
+                return replace(storage, location=version, partitions=())
         if not table.partition_keys or not storage.catalog_partitions:
             if table.partition_keys and not target.whole:   # the partitions not rewritten come along
                 for key, path in self._written_partitions(storage.location, table.partition_keys):
@@ -238,6 +254,17 @@ class TableStorage:
         return Storage(storage.root, storage.format, storage.location,
                        tuple(PartitionLocation(dict(k), v) for k, v in sorted(partitions.items())),
                        storage.owns_root)
+
+    def _created_at(self, table: MaterializedTable, version: str) -> bool:
+        """The Spark table created on `version`; False when it exists already (another gateway of the
+        same application registered the new record first): it is published like any refresh."""
+        try:
+            self._create_table(table, replace(table.storage, location=version, partitions=()))
+        except SparkError as error:
+            if "ALREADY_EXISTS" not in str(error):
+                raise
+            return False
+        return True
 
     def _written_partitions(self, version: str, keys: tuple[str, ...]) -> Iterable[tuple[tuple, str]]:
         """The partition folders a write produced: key=value/... down to the last key."""
