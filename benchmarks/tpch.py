@@ -21,7 +21,7 @@ import sys
 from tpch_queries import QUERIES
 from workload import exit_on_missed, last_run, open_gateway, timed
 
-SCALE = float(os.environ.get("TPCH_SCALE", "0.01"))
+SCALE = float(os.environ.get("TPCH_SCALE", "0.1"))
 TARGET = 1.05
 ROUNDS = 3                  # refreshes per query, each after new facts; the median counts
 NATIONS = [("ALGERIA", 0), ("ARGENTINA", 1), ("BRAZIL", 1), ("CANADA", 1), ("EGYPT", 4), ("ETHIOPIA", 0),
