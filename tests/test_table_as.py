@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from pyspark.errors import AnalysisException
@@ -135,28 +137,37 @@ def test_if_not_exists_does_nothing_and_says_so(spark, gw, db):
 
 
 def test_reader_never_sees_a_partial_table(spark, gw, db):
-    seen: list[int] = []
+    with reading(spark, "big") as seen:
+        gw.execute("CREATE TABLE big PARTITIONED BY (g) AS "
+                   "SELECT id, CAST(id % 20 AS STRING) AS g FROM range(300000)")
+    seen = [-1 if isinstance(n, AnalysisException) else n for n in seen]       # not there yet: fine
+    assert set(seen) <= {-1, 300000} and 300000 in seen and -1 in seen
+
+
+@contextmanager
+def reading(spark, table: str) -> Iterator[list]:
+    """A reader counting the table's rows in a loop while the block runs, and twice after it; each
+    count, or the error a read raised, in order."""
+    seen: list = []
     done = threading.Event()
 
     def read() -> None:
         while not done.is_set():
             try:
-                seen.append(spark.table("big").count())
-            except AnalysisException:
-                seen.append(-1)      # not there yet: fine
+                seen.append(spark.table(table).count())
+            except Exception as error:      # noqa: BLE001 - the test decides which errors are fine
+                seen.append(error)
 
     reader = threading.Thread(target=read)
     reader.start()
     try:
-        gw.execute("CREATE TABLE big PARTITIONED BY (g) AS "
-                   "SELECT id, CAST(id % 20 AS STRING) AS g FROM range(300000)")
+        yield seen
         seen_after = len(seen)
         while len(seen) < seen_after + 2:
-            pass
+            time.sleep(0.01)
     finally:
         done.set()
         reader.join()
-    assert set(seen) <= {-1, 300000} and 300000 in seen and -1 in seen
 
 
 @pytest.mark.parametrize("statement, message", [
@@ -325,29 +336,11 @@ def test_readers_never_fail_while_a_table_is_replaced(spark, gw, db):
     the old or the new table, never a missing name (Restart & Run All of a cell that makes a source)."""
     statement = "CREATE OR REPLACE TABLE src AS SELECT id, CAST(id % 7 AS STRING) AS g FROM range({n})"
     gw.execute(statement.format(n=1000))
-    seen: list[int] = []
-    failures: list[str] = []
-    done = threading.Event()
-
-    def read() -> None:
-        while not done.is_set():
-            try:
-                seen.append(spark.table("src").count())
-            except Exception as error:      # noqa: BLE001 - any failure is what the test looks for
-                failures.append(str(error)[:200])
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
+    with reading(spark, "src") as seen:
         for n in (2000, 3000, 4000):
             gw.execute(statement.format(n=n))
         gw.execute("CREATE OR REPLACE TABLE src COMMENT 'kept' AS SELECT id, CAST(id AS STRING) AS g FROM range(5)")
-        seen_after = len(seen)
-        while len(seen) < seen_after + 2 and not failures:
-            pass
-    finally:
-        done.set()
-        reader.join()
+    failures = [str(n)[:200] for n in seen if isinstance(n, Exception)]
     assert not failures, failures[:3]
     assert set(seen) <= {1000, 2000, 3000, 4000, 5} and 5 in seen
     assert gw.spark.sql("DESCRIBE TABLE EXTENDED src").where("col_name = 'Comment'").first()[1] == "kept"
