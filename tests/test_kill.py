@@ -11,7 +11,7 @@ import time
 from helpers import table_rows, wait_for
 from mt_magic import Gateway
 from mt_magic.catalog.store import CatalogStore
-from mt_magic.storage.versions import WRITER_NOTE
+from mt_magic.storage.writers import WRITER_NOTE
 
 
 def write_source(spark, path: str, gen: int, pause_ms: int) -> None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 
 from helpers import table_rows, published_partitions
 from mt_magic import Gateway
 from mt_magic.catalog.model import INITIALIZING
-from mt_magic.storage.versions import WRITER_NOTE, TableStorage
+from mt_magic.storage.versions import TableStorage
+from mt_magic.storage.writers import WRITER_NOTE, note_of
 
 
 def forget_spark_tables(spark, db):
@@ -93,7 +93,7 @@ def test_only_the_owner_sweeps_and_never_a_write_in_flight(spark, db, sales, sto
         in_flight = os.path.join(root, "v-99990101T000000000000-inflight")
         os.makedirs(os.path.join(in_flight, "_temporary", "0"))
         # A live process notes that it writes there (as every refresh does beside its version).
-        open(f"{in_flight}{WRITER_NOTE}{socket.gethostname()}@{os.getpid()}", "w").close()
+        open(note_of(in_flight), "w").close()
 
         def versions() -> list[str]:
             return sorted(n for n in os.listdir(root) if n.startswith("v-") and WRITER_NOTE not in n)

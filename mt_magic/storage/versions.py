@@ -8,8 +8,6 @@ crash before the publish leaves the old version in place.
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,7 +16,6 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote
 
-from mt_magic.catalog.lease import process_alive
 from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage
 from mt_magic.errors import SparkError, ValidationError
 from mt_magic.spark.catalog import (check_data_source, partition_clause, partition_locations,
@@ -28,13 +25,11 @@ from mt_magic.spark.files import files_for
 from mt_magic.spark.session import is_connect
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
+from mt_magic.storage.writers import Writers, note_of
 
 VERSION_PREFIX = "v-"
 EMPTY_DIR = "_empty"
 SUPERSEDED_MARKER = "_SUPERSEDED"
-# Beside a version being written: `<version>.writing@<host>@<pid>`, so that a sweep tells a write in
-# flight (its process lives) from what a killed writer left (its process is gone).
-WRITER_NOTE = ".writing@"
 TABLE_PROPERTY = "mt_magic.materialized-table"
 # Options that steer where and how data is stored, never passed to the data source.
 RESERVED_OPTIONS = ("connector", "format", "path")
@@ -214,12 +209,12 @@ class TableStorage:
         called (a stream's run folder is not: it is published at its first batch and lives on)."""
         version = self.files.qualify(version_folder(table.storage.root))
         if noted:
-            self.files.touch(_writer_note(version))
+            self.files.touch(note_of(version))
         return version
 
     def written(self, version: str) -> None:
         """The write of `version` is over (published, or failed and discarded)."""
-        self.files.delete(_writer_note(version))
+        self.files.delete(note_of(version))
 
     def publish(self, table: MaterializedTable, version: str, target: Target) -> Storage:
         """Make `version` what readers see: the whole table, or the partitions the target matches."""
@@ -307,13 +302,14 @@ class TableStorage:
         """
         referenced = self._referenced(table, read_spark=not just_published)
         entries = self.files.list(table.storage.root)
-        writers = _writers(entries)
+        writers = Writers(table.storage.root, entries)
+        gone = {n for n in writers.versions() if not any(e.name == n for e in entries) and not writers.writing(n)}
         for entry in entries:
             if not (entry.is_dir and entry.name.startswith(VERSION_PREFIX)):
                 continue
             if _within(entry.path, referenced):
                 continue
-            if any(_writing(host, pid) for host, pid in writers.get(entry.name, ())):
+            if writers.writing(entry.name):
                 continue      # a write in flight; a killed writer's folder goes by age like any other
             marker = f"{entry.path}/{SUPERSEDED_MARKER}"
             age = self.files.age(marker)
@@ -321,16 +317,9 @@ class TableStorage:
                 self.files.touch(marker)
             elif age >= retention_s:
                 self.files.delete(entry.path)
-                self._forget_writers(table, entry.name, writers)
-        folders = {e.name for e in entries if e.is_dir}
-        for name in writers:        # a writer killed before its folder appeared
-            if name not in folders and not any(_writing(host, pid) for host, pid in writers[name]):
-                self._forget_writers(table, name, writers)
-
-    def _forget_writers(self, table: MaterializedTable, version_name: str,
-                        writers: dict[str, list[tuple[str, int]]]) -> None:
-        for host, pid in writers.get(version_name, ()):
-            self.files.delete(f"{table.storage.root.rstrip('/')}/{version_name}{WRITER_NOTE}{host}@{pid}")
+                gone.add(entry.name)
+        for note in (note for name in gone for note in writers.notes(name)):   # and what killed writers noted
+            self.files.delete(note)
 
     def discard_version(self, table: MaterializedTable, version: str) -> None:
         """What a failed refresh wrote, deleted at once (unless Spark's entry reads it already)."""
@@ -346,26 +335,6 @@ class TableStorage:
             if table.partition_keys and storage.catalog_partitions:
                 locations |= set(partition_locations(self.spark, table.quoted, table.partition_keys).values())
         return {_same_path(location) for location in locations if location}
-
-
-def _writer_note(version: str) -> str:
-    return f"{version.rstrip('/')}{WRITER_NOTE}{socket.gethostname()}@{os.getpid()}"
-
-
-def _writers(entries: Iterable[Any]) -> dict[str, list[tuple[str, int]]]:
-    """Version folder name → the (host, pid) of each process noted as writing it."""
-    found: dict[str, list[tuple[str, int]]] = {}
-    for entry in entries:
-        version, mark, writer = entry.name.partition(WRITER_NOTE)
-        host, _, pid = writer.rpartition("@")
-        if mark and pid.isdigit():
-            found.setdefault(version, []).append((host, int(pid)))
-    return found
-
-
-def _writing(host: str, pid: int) -> bool:
-    """The noted writer may still be writing: it lives, or it runs on another host (unknowable)."""
-    return host != socket.gethostname() or process_alive(pid)
 
 
 def _within(path: str, referenced: set[str]) -> bool:
