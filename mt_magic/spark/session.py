@@ -87,6 +87,7 @@ _QUIET_CONF = {
 REMOTE_ENV = "MT_MAGIC_SPARK_REMOTE"
 LOG_ENV = "MT_MAGIC_SPARK_LOG"
 
+
 def spark_log_path() -> str:
     """Where the JVM of a local session writes its own output (banner, warnings, Python workers'
     lines): MT_MAGIC_SPARK_LOG, else a file per process in the temporary folder."""
