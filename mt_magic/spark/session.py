@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 
@@ -144,10 +145,12 @@ def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connec
                     "spark.sql.filesourceTableRelationCacheSize": "0", **conf}
     for key, value in settings.items():
         builder = builder.config(key, value)
+    started = SparkSession.getActiveSession() is None and SparkContext._active_spark_context is None
     if local:
         _launch_quietly(settings)
     spark = builder.getOrCreate()
-    if local and spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory":
+    # Only a new application has a catalog that forgot (a second call returns the same session).
+    if local and started and spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory":
         from mt_magic.spark.warehouse import adopt_leftover_tables
         adopt_leftover_tables(spark)      # what the previous run's catalog forgot (a notebook restart)
     spark.sparkContext.setLogLevel("ERROR")
@@ -161,7 +164,7 @@ def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connec
 
 def _launch_quietly(settings: Mapping[str, str]) -> None:
     """Start this process's JVM (if none runs yet) with its output in the log file."""
-    from pyspark import SparkConf, SparkContext
+    from pyspark import SparkConf
     from pyspark.java_gateway import launch_gateway
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         return
