@@ -26,7 +26,7 @@ def main() -> None:
         gateway.execute("CREATE MATERIALIZED TABLE t0000 FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL "
                         "AS SELECT id FROM src")
         template = gateway.store.get(f"spark_catalog.{spark.catalog.currentDatabase()}.t0000")
-        store, history = gateway.store, gateway.pipelines.history
+        store, history = gateway.store, gateway.pipelines.runs.history
         for i in range(1, TABLES):
             store.put(replace(template, name=f"t{i:04d}"))
         runner = Runner("bench", os.getpid(), "app")

@@ -22,7 +22,9 @@ from mt_magic.manager.describe import describe_dict
 from mt_magic.manager.leftovers import SWEEP_EVERY_S, clear_leftovers, sweep_retired
 from mt_magic.manager.lifecycle import Lifecycle
 from mt_magic.manager.ownership import Ownership, Role
+from mt_magic.manager.follower import Follower
 from mt_magic.manager.pipelines import PipelineState, Pipelines
+from mt_magic.manager.recovery import Recovery
 from mt_magic.manager.plans import Planner
 from mt_magic.manager.workspace import Workspace
 from mt_magic.results import Result
@@ -56,18 +58,19 @@ class Gateway:
                 "No SparkSession: pass one, e.g. Gateway(SparkSession.builder.getOrCreate()).")
         self._ws = Workspace(spark, catalog_store, config)
         self.pipelines = Pipelines(self._ws, refresh=lambda name, at: self.refresh(name, schedule_time=at))
+        self._follower = Follower(self._ws)
         register_history_function(spark, self._ws.store.path)     # SELECT * FROM mt_refresh_history(…)
         self._planner = Planner(self._ws, self.pipelines, Lifecycle(self._ws, self.pipelines))
         self.restore_warnings: list[str] = []
         self._owning = threading.RLock()      # held while this gateway acts as the owner
         self._ownership = Ownership(self._ws.store.path, Holder.me(kind, session_info(spark).application_id),
                                     become_owner=self._own, become_client=self._disown,
-                                    serve=self._serve, on_store_change=self.pipelines.follow_store)
+                                    serve=self._serve, on_store_change=self._follower.follow)
         self._ownership.start()
         self._closed = False
         _close_at_exit(self)      # a process that ends lets go of the store at once
         if self._ownership.role is Role.CLIENT:
-            self.pipelines.follow_store()
+            self._follower.follow()
 
     @property
     def spark(self) -> Any:
@@ -107,16 +110,17 @@ class Gateway:
     # ============================================================ ownership
     def _own(self) -> None:
         with self._owning:
-            self.pipelines.owner = True
+            self.pipelines.runs.owner = True
             quiet_background_output(self.spark)     # background jobs never print into cells
-            self.restore_warnings = clear_leftovers(self._ws) + self.pipelines.restore()
+            recovery = Recovery(self.pipelines)
+            self.restore_warnings = clear_leftovers(self._ws) + recovery.restore()
             self.pipelines.scheduler.every("mt_magic:retired-folders", SWEEP_EVERY_S,
                                            lambda: sweep_retired(self._ws))
-            self.pipelines.catch_up()          # fires missed while nobody owned the store
+            recovery.catch_up()          # fires missed while nobody owned the store
 
     def _disown(self) -> None:
         with self._owning:
-            self.pipelines.owner = False
+            self.pipelines.runs.owner = False
             self.pipelines.stop_all()
 
     def _forward(self, statement) -> Result:
@@ -124,7 +128,7 @@ class Gateway:
         request = {"sql": statement.text, "current": list(self._ws.analyzer.current()),
                    "options": self._ws.options.explicit()}
         answer = self._ownership.send(request, self._ws.options.duration(cfg.CLIENT_TIMEOUT).total_seconds())
-        self.pipelines.follow_store()
+        self._follower.follow()
         if "error" in answer:
             error_type = getattr(errors, answer["error"]["type"], MaterializedTableError)
             raise error_type(answer["error"]["message"])
@@ -184,7 +188,7 @@ class Gateway:
         """Refreshes newest first (of one table, or of all): table, trigger, schedule_time, started,
         finished, outcome, rows, partitions, error and the runner (host, pid, application id)."""
         identifier = ".".join(self._ws.identifier(self._ws.name(name))) if name else None
-        return self.pipelines.history.entries(identifier, limit)
+        return self.pipelines.runs.history.entries(identifier, limit)
 
     def progress(self, name: str) -> dict | None:
         """The running streaming job's latest progress (CONTINUOUS tables), else None."""

@@ -37,7 +37,7 @@ class Lifecycle:
             self.ws.storage.create(table, filled_next=filled)
             if filled:
                 step = "running the initial refresh"
-                table, _ = self.pipelines.run(table, {}, Trigger.INITIAL)
+                table, _ = self.pipelines.runs.run(table, {}, Trigger.INITIAL)
             step = "starting the continuous refresh job" if continuous else "creating the refresh workflow"
             handler = self.pipelines.start(table, fresh=True)
             table = self.ws.store.update(identifier, lambda t: t.evolve(

@@ -1,51 +1,39 @@
-"""The pipelines that keep tables fresh: schedules, streaming jobs, refresh runs and their records.
+"""The pipelines that keep tables fresh: started, stopped, suspended, resumed, changed, dropped.
 
 FULL tables have a cron job in the embedded scheduler, which fires the gateway's public refresh;
-CONTINUOUS tables have a streaming job (restarted with backoff after a failure, recomputed when a
-streamed source loses or rewrites files) or, where Spark cannot stream the query correctly, an
-interval job that recomputes when a source's snapshot changed. Every refresh holds the table's lock,
-compares the sources' snapshots, and records its outcome in the catalog store and the history.
+CONTINUOUS tables have a streaming job (`streams.py`) or, where Spark cannot stream the query
+correctly, an interval job that recomputes when a source's snapshot changed. A refresh itself is a
+run (`runs.py`), retried by the failure rule (`failures.py`); a new owner's takeover is `recovery.py`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from mt_magic import config as cfg
 from mt_magic.catalog.handlers import RecomputeHandler, RefreshHandler, ScheduleHandler
-from mt_magic.catalog.history import RefreshEntry, RefreshHistory, Runner, Trigger
-from mt_magic.catalog.model import (ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable, Outcome,
-                                    RefreshOutcome, now_iso)
-from mt_magic.errors import (ExecutionError, MaterializedTableError, StateError, TableNotFoundError,
-                             ValidationError)
+from mt_magic.catalog.history import Trigger
+from mt_magic.catalog.model import ACTIVATED, SUSPENDED, MaterializedTable, Outcome, RefreshOutcome
+from mt_magic.errors import MaterializedTableError, StateError
+from mt_magic.manager.failures import FailureRule
+from mt_magic.manager.runs import Runs, check_partition_spec, freshness_s
 from mt_magic.manager.streams import Streams, checkpoint_of, trigger_seconds
 from mt_magic.manager.workspace import Workspace
-from mt_magic.refresh.changes import Change, Snapshots, compare, volatile
 from mt_magic.refresh.continuous import Progress
-from mt_magic.refresh.full import job_group, run_refresh
+from mt_magic.refresh.full import job_group
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT, periodic_partition
 from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, next_fire, workflow_name, zone_named
 from mt_magic.results import Result
-from mt_magic.spark.catalog import refresh_listings
-from mt_magic.spark.commands import alongside
-from mt_magic.spark.errors import SPARK_ERRORS, spark_call, spark_message
+from mt_magic.spark.errors import SPARK_ERRORS, spark_message
 from mt_magic.spark.jobs import cancel_jobs
 from mt_magic.spark.session import session_info
-from mt_magic.storage.versions import Target
 from mt_magic.sql.freshness import CONTINUOUS, FULL, IntervalFreshness, ModeDecision
-from mt_magic.sql.statements import quote_identifier
 
 log = logging.getLogger(__name__)
 RECENT = 20                  # history entries the dashboard shows per table
-RETRY_BACKOFF_S = 1.0        # before a pipeline's refresh is tried again: 1 s, 2 s, 4 s …
-MAX_CATCH_UPS = 1000         # missed fires run after one downtime, at most
 UPSTREAM_WAIT_S = 300.0      # how long a refresh waits for the tables it reads to finish theirs
 STREAM_SETTLE_S = 1.0        # after a stream stops, how long its cancelled tasks may still write
 
@@ -65,28 +53,28 @@ class PipelineState:
 class Pipelines:
     def __init__(self, ws: Workspace, refresh: Callable[[str, str], object]) -> None:
         self.ws = ws
-        self._running: set[str] = set()
         self._refresh_named = refresh
-        self.scheduler = RefreshScheduler(refresh, self._coalesced)
-        self.snapshots = Snapshots(ws.spark, ws.storage.files, ws.store, ws.analyzer)
-        self._matched: dict[str, float] = {}
-        self.history = RefreshHistory(ws.store.path, int(ws.options.get(cfg.HISTORY_RETENTION)))
-        self.owner = False        # this process runs the store's pipelines (set by the gateway)
-        self._followed: dict[str, tuple | None] = {}
-        self._following = threading.Lock()
-        self.streams = Streams(ws, self.scheduler, self.snapshots,
-                               recompute=lambda table: self.run(table, {}, Trigger.CHANGE)[0],
-                               on_batch=self.record_batch)
+        self.runs = Runs(ws)
+        self.failures = FailureRule(ws)
+        self.scheduler = RefreshScheduler(refresh, self.runs.coalesced)
+        self.streams = Streams(ws, self.scheduler, self.runs.snapshots, self.failures,
+                               recompute=lambda table: self.runs.run(table, {}, Trigger.CHANGE)[0],
+                               on_batch=self._batch)
+
+    def _batch(self, identifier: str, progress: dict) -> None:
+        self.failures.succeeded(identifier)      # the job works again
+        self.runs.batch(identifier, progress)
 
     # ============================================================ state
     def state(self, table: MaterializedTable) -> PipelineState:
         identifier = table.identifier
-        return PipelineState(table, self.next_refresh(table), identifier in self._running,
+        runs = self.runs
+        return PipelineState(table, self.next_refresh(table), identifier in runs.running,
                              self.streams.jobs.progress(identifier) if table.streams else None,
-                             self._matched.get(identifier), tuple(self.history.entries(identifier, RECENT)))
+                             runs.matched.get(identifier), tuple(runs.history.entries(identifier, RECENT)))
 
     def refreshing(self, identifier: str) -> bool:
-        return identifier in self._running
+        return identifier in self.runs.running
 
     def next_refresh(self, table: MaterializedTable) -> datetime | None:
         """The scheduler's next fire where this process owns the store; a client computes it from the
@@ -227,153 +215,28 @@ class Pipelines:
             return
 
         def waiting() -> list[str]:
-            return [u.identifier for u in upstream if u.identifier in self._running or (
+            return [u.identifier for u in upstream if u.identifier in self.runs.running or (
                 u.refresh_mode == FULL and u.refresh_status == ACTIVATED and self.scheduler.has(u.identifier)
                 and next_fire(IntervalFreshness.parse(u.freshness), zone, moment - timedelta(seconds=1)) == moment
-                and not any(e.get("schedule_time") == schedule_time for e in self.history.entries(u.identifier, 20)))]
-        deadline = time.monotonic() + min(_freshness_s(table), UPSTREAM_WAIT_S)
+                and not any(e.get("schedule_time") == schedule_time for e in self.runs.history.entries(u.identifier, 20)))]
+        deadline = time.monotonic() + min(freshness_s(table), UPSTREAM_WAIT_S)
         while waiting() and time.monotonic() < deadline:
             time.sleep(0.1)
 
     def _attempts(self, table: MaterializedTable, spec: dict[str, str], trigger: Trigger,
                   schedule_time: str | None) -> tuple[MaterializedTable, RefreshOutcome]:
-        """A manual refresh runs once. A pipeline's run (scheduled, catch-up, change, backfill) is
-        retried with backoff; when all attempts failed it counts as one failed run, and at
-        `max-consecutive-failures` failed runs in a row the table is suspended with the reason."""
+        """A manual refresh runs once; a pipeline's run (scheduled, catch-up, change, backfill) by the
+        failure rule."""
         if trigger is Trigger.MANUAL:
-            return self.run(table, spec, trigger, schedule_time)
-        retries = int(self.ws.options.get(cfg.REFRESH_RETRIES))
-        for attempt in range(retries + 1):
-            try:
-                return self.run(table, spec, trigger, schedule_time, only_changed=trigger is not Trigger.BACKFILL)
-            except (MaterializedTableError, *SPARK_ERRORS) as error:
-                if isinstance(error, TableNotFoundError) or attempt == retries:
-                    self._failed_run(table.identifier, str(error) if isinstance(error, MaterializedTableError)
-                                     else spark_message(error))
-                    raise
-                time.sleep(RETRY_BACKOFF_S * 2 ** attempt)
-        raise AssertionError("unreachable")
+            return self.runs.run(table, spec, trigger, schedule_time)
+        return self.failures.retried(
+            table.identifier, lambda: self.runs.run(table, spec, trigger, schedule_time,
+                                                    only_changed=trigger is not Trigger.BACKFILL),
+            on_suspend=lambda: self._pause(table.identifier))
 
-    def _failed_run(self, identifier: str, message: str) -> None:
-        table = self.ws.store.update(identifier, lambda t: t.evolve(consecutive_failures=t.consecutive_failures + 1))
-        if table is None or table.refresh_status != ACTIVATED:
-            return
-        failures = table.consecutive_failures
-        if failures >= int(self.ws.options.get(cfg.MAX_CONSECUTIVE_FAILURES)):
-            reason = f"{failures} consecutive failed refreshes; the last: {message}"
-            log.warning("Suspended %s: %s", identifier, reason)
-            if self.scheduler.has(identifier):
-                self.scheduler.pause(identifier)
-            self.ws.store.update(identifier, lambda t: t.evolve(refresh_status=SUSPENDED, suspend_reason=reason))
-
-    def run(self, table: MaterializedTable, spec: dict[str, str], trigger: Trigger,
-            schedule_time: str | None = None, only_changed: bool = False) -> tuple[MaterializedTable, RefreshOutcome]:
-        """One refresh at a time per table; the outcome is recorded either way, in the record and
-        in the history. `only_changed`: nothing runs when no source changed (a FULL table records
-        the skip), and only the changed partitions are rewritten where the sources tell them."""
-        identifier = table.identifier
-        with self.ws.lock(identifier):
-            current = self.ws.store.get(identifier)
-            if current is None:
-                raise TableNotFoundError(f"Materialized table {identifier} was dropped.")
-            dynamic = current.dynamic_options if trigger in (Trigger.SCHEDULED, Trigger.CATCH_UP) else {}
-            started_at, started = now_iso(), time.monotonic()
-            # When the snapshot asks the catalog where the sources live (after a change it does), the
-            # session forgets its cached listings of them at the same time (over Connect the two
-            # requests travel together): a refresh reads what is there now.
-            listings = alongside(self.ws.spark, refresh_listings, self.ws.spark, current.source_tables) \
-                if self.snapshots.looks_up(current) else None
-            # Taken before the refresh reads: a change while it runs shows at the next comparison.
-            snapshot = spark_call(lambda: self.snapshots.take(current), f"Reading the sources of {identifier}")
-            comparison = compare(current.source_snapshot, snapshot, bool(volatile(current)))
-            target = Target(spec)
-            if only_changed and comparison.change is Change.NONE:
-                outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.SKIPPED, None, spec,
-                                         schedule_time)
-                self._matched[identifier] = time.time()    # the data is as fresh as now
-                if trigger is not Trigger.CHANGE:     # a CONTINUOUS table's idle triggers are not news
-                    self._record(current, trigger, outcome)
-                return current, outcome
-            if comparison.change is not Change.NONE:
-                self.snapshots.forget(current)
-            if only_changed and not spec and comparison.change is Change.PARTITIONS:
-                target = Target(key=comparison.key, values=comparison.values)
-            self._running.add(identifier)
-            try:
-                result = run_refresh(self.ws.spark, self.ws.storage, current, target, dynamic, listings)
-            except BaseException as error:
-                message = str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
-                outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.FAILED, None,
-                                         target.describe(), schedule_time, message)
-                self.ws.store.update(identifier, lambda t: t.with_refresh(outcome))
-                self._record(current, trigger, outcome)
-                if isinstance(error, MaterializedTableError):
-                    raise ExecutionError(f"Refreshing the materialized table {identifier} failed: "
-                                         f"{message}") from None
-                raise
-            finally:
-                self._running.discard(identifier)
-            outcome = RefreshOutcome(started_at, result.duration_s, Outcome.SUCCEEDED, result.rows,
-                                     target.describe(), schedule_time)
-            # The table matches the sources after a refresh of all it could have changed in.
-            matched = snapshot if target.whole or target.key or comparison.change is Change.NONE else {}
-            updated = self.ws.store.update(identifier, lambda t: t.with_refresh(
-                outcome, storage=result.storage, source_snapshot=matched, consecutive_failures=0,
-                published_at=now_iso()))
-            self._record(current, trigger, outcome)
-            if self.owner:       # leftovers are the owner's to sweep, never a client's
-                self.ws.storage.sweep(updated, self.ws.retention_s(), just_published=True)
-            return updated, outcome
-
-    def _record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome) -> None:
-        identifier = table.identifier
-        finished = now_iso()
-        self.history.record(RefreshEntry(
-            identifier, trigger, outcome.schedule_time, outcome.started_at, finished, outcome.outcome,
-            outcome.rows, self._runner(), outcome.partition, outcome.error,
-            self._lag(identifier, outcome, finished), _freshness_s(table)))
-        log.info("Refresh of %s (%s%s): %s, %s rows in %.2f s%s", identifier, trigger,
-                 f" {outcome.schedule_time}" if outcome.schedule_time else "", outcome.outcome,
-                 outcome.rows if outcome.rows is not None else "no", outcome.duration_s,
-                 f": {outcome.error}" if outcome.error else "")
-
-    def _coalesced(self, name: str, schedule_time: str, into: str) -> None:
-        """A fire that waited behind a running refresh and was merged into a later fire: in the history,
-        so that no fire disappears silently."""
-        table = self.ws.store.get(".".join(self.ws.identifier(self.ws.name(name))))
-        if table is None:
-            return
-        moment = now_iso()
-        self.history.record(RefreshEntry(table.identifier, Trigger.SCHEDULED, schedule_time, moment, moment,
-                                         Outcome.COALESCED, None, self._runner(), freshness_s=_freshness_s(table),
-                                         reason=f"the previous refresh was still running; merged into the "
-                                                f"fire of {into}"))
-
-    def _runner(self) -> Runner:
-        return Runner(socket.gethostname(), os.getpid(), session_info(self.ws.spark).application_id)
-
-    def _lag(self, identifier: str, outcome: RefreshOutcome, finished: str) -> float | None:
-        """The data's age at the end: what a refresh or skip read is as of its start; after a failure,
-        as of the start of the last one that succeeded (None when none did)."""
-        if outcome.outcome is not Outcome.FAILED:
-            return _seconds_between(outcome.started_at, finished)
-        last = next((e for e in self.history.entries(identifier, 200)
-                     if e["outcome"] in (Outcome.SUCCEEDED, Outcome.SKIPPED)), None)
-        return _seconds_between(last["started"], finished) if last else None
-
-    def record_batch(self, identifier: str, progress: dict) -> None:
-        """A streaming job's micro-batch that read rows, in the history like a refresh."""
-        table = self.ws.store.get(identifier)
-        if table is None:
-            return
-        if table.consecutive_failures:      # the job works again: the failures are no longer consecutive
-            self.ws.store.update(identifier, lambda t: t.evolve(consecutive_failures=0))
-        took = ((progress.get("durationMs") or {}).get("triggerExecution") or 0) / 1000
-        finished = now_iso()
-        started = (datetime.fromisoformat(finished) - timedelta(seconds=took)).isoformat(timespec="milliseconds")
-        self.history.record(RefreshEntry(identifier, Trigger.BATCH, None, started, finished, Outcome.SUCCEEDED,
-                                         progress.get("numInputRows"), self._runner(), {}, None, took,
-                                         _freshness_s(table)))
+    def _pause(self, identifier: str) -> None:
+        if self.scheduler.has(identifier):
+            self.scheduler.pause(identifier)
 
     # =================================================== suspend/resume
     def suspend(self, table: MaterializedTable) -> Result:
@@ -400,148 +263,15 @@ class Pipelines:
         """A CONTINUOUS table's pipeline runs: its streaming job, or its unpaused change detector."""
         return self.streams.running(identifier) or self.scheduler.next_fire_time(identifier) is not None
 
-    # ========================================================= restarts
-    # ========================================================== restore
-    def restore(self) -> list[str]:
-        """A new owner of the store: every table back into Spark, unfinished CREATEs rolled back,
-        FULL tables rescheduled (SUSPENDED ones paused), ACTIVATED streams restarted."""
-        warnings = []
-        try:
-            self.finish_drops()
-        except (MaterializedTableError, *SPARK_ERRORS) as error:
-            warnings.append(f"Finishing an interrupted DROP: {spark_message(error)}")
-        for table in self.ws.store.list():
-            try:
-                if table.refresh_status == INITIALIZING:
-                    warnings.append(f"{table.identifier}: rolled back an unfinished CREATE.")
-                    self.discard(table)
-                    continue
-                self.ws.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{table.catalog}`.`{table.database}`")
-                self.ws.storage.follow(table)
-                if not table.streams:
-                    self.start(table, fresh=False, paused=table.refresh_status == SUSPENDED)
-                elif table.refresh_status == ACTIVATED:
-                    try:
-                        handler = self.start(table, fresh=False)
-                    except (MaterializedTableError, *SPARK_ERRORS) as error:
-                        self.streams.failed(table.identifier, spark_message(error))   # retried, or suspended
-                        raise
-                    self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_handler=handler))
-                self.ws.storage.sweep(table, self.ws.retention_s())
-            except (MaterializedTableError, *SPARK_ERRORS) as error:
-                warnings.append(f"{table.identifier}: {spark_message(error)}")
-        return warnings
-
     # ======================================================== ownership
     def stop_all(self) -> None:
         """This process no longer owns the store: schedules go, streams stop at a checkpoint."""
         self.scheduler.clear()
         self.streams.jobs.stop_all(listening=True)
 
-    def catch_up(self) -> None:
-        """After downtime (a new owner, a takeover), the fires of ACTIVATED FULL tables that nobody ran,
-        by `materialized-table.missed-runs`: `latest` (one run, for the most recent), `all` (one per
-        fire, oldest first) or `skip`. Each runs with its own schedule time, so a date-formatted
-        table refills the partition of that fire."""
-        policy = self.ws.options.get(cfg.MISSED_RUNS)
-        if policy == "skip":
-            return
-        now = datetime.now(self.ws.zone())
-        for table in self.ws.store.list():
-            if table.refresh_mode != FULL or table.refresh_status != ACTIVATED:
-                continue
-            missed = self.missed_fires(table, now)
-            if policy == "latest":
-                missed = missed[-1:]
-            if missed:
-                self.scheduler.run_once(f"catch-up:{table.identifier}", 0,
-                                        lambda t=table.identifier, m=tuple(missed): self._catch_up(t, m))
-
-    def missed_fires(self, table: MaterializedTable, now: datetime) -> list[str]:
-        """The table's fire times after the last one that ran (or its creation), up to `now`."""
-        zone = self.ws.zone()
-        ran = [datetime.strptime(e["schedule_time"], SCHEDULE_TIME_FORMAT).replace(tzinfo=zone)
-               for e in self.history.entries(table.identifier, 500)
-               if e.get("schedule_time") and e["trigger"] in (Trigger.SCHEDULED, Trigger.CATCH_UP)]
-        after = max(ran) if ran else datetime.fromisoformat(table.created_at).astimezone(zone)
-        freshness = IntervalFreshness.parse(table.freshness)
-        fires: list[str] = []
-        moment = next_fire(freshness, zone, after + timedelta(seconds=1))
-        while moment is not None and moment <= now and len(fires) < MAX_CATCH_UPS:
-            fires.append(moment.strftime(SCHEDULE_TIME_FORMAT))
-            moment = next_fire(freshness, zone, moment + timedelta(seconds=1))
-        return fires
-
-    def _catch_up(self, identifier: str, schedule_times: tuple[str, ...]) -> None:
-        for schedule_time in schedule_times:
-            try:
-                table = self.ws.store.get(identifier)
-                if table is None or table.refresh_status != ACTIVATED:
-                    return
-                self.refresh(table, {}, schedule_time, Trigger.CATCH_UP)
-            except (MaterializedTableError, *SPARK_ERRORS) as error:
-                log.warning("Catch-up refresh of %s for %s: %s", identifier, schedule_time, spark_message(error))
-
-    def follow_store(self) -> None:
-        """A client's session follows what other processes created, published and dropped."""
-        with self._following:
-            seen: dict[str, tuple | None] = {}
-            for table in self.ws.store.list():
-                if table.refresh_status == INITIALIZING:
-                    continue
-                seen[table.identifier] = _published(table)
-                if self._followed.get(table.identifier) == seen[table.identifier]:
-                    continue
-                # Under the table's lock, from the record as it is then: a publish between our
-                # listing and our switch would otherwise be switched back.
-                with self.ws.lock(table.identifier):
-                    current = self.ws.store.get(table.identifier)
-                    if current is None:
-                        del seen[table.identifier]
-                        continue
-                    seen[table.identifier] = _published(current)
-                    try:
-                        self.ws.storage.follow(current)
-                    except (MaterializedTableError, *SPARK_ERRORS) as error:
-                        log.warning("Following %s: %s", table.identifier, spark_message(error))
-                        seen[table.identifier] = None        # tried again at the next change
-            for identifier in set(self._followed) - set(seen):
-                self.ws.storage.forget(".".join(quote_identifier(p) for p in identifier.split(".", 2)))
-            self._followed = seen
-
     def close(self) -> None:
         """Stop the streaming jobs gracefully, the scheduler and any running refresh; statuses stay."""
         self.streams.jobs.stop_all()
-        for identifier in list(self._running):
+        for identifier in list(self.runs.running):
             cancel_jobs(self.ws.spark, f"mt_magic:{identifier}")
         self.scheduler.shutdown()
-
-
-def _published(table: MaterializedTable) -> tuple:
-    """What readers of the table see: its location and its partitions' locations."""
-    storage = table.storage
-    return storage.location, tuple((tuple(p.spec.items()), p.location) for p in storage.partitions)
-
-
-def _freshness_s(table: MaterializedTable) -> float:
-    return IntervalFreshness.parse(table.freshness).duration.total_seconds()
-
-
-def _seconds_between(start: str, end: str) -> float:
-    return round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 3)
-
-
-def check_partition_spec(table: MaterializedTable, spec: dict[str, str]) -> dict[str, str]:
-    """Spec §4.3, stricter: keys must be partition keys, and of a string type."""
-    keys = {k.lower(): k for k in table.partition_keys}
-    unknown = [k for k in spec if k.lower() not in keys]
-    if unknown:
-        raise ValidationError("The partition spec contains unknown partition keys:\n\n"
-                              + "\n".join(unknown) + "\n\nAll known partition keys are:\n\n"
-                              + "\n".join(table.partition_keys))
-    wrong = [k for k in spec if table.column(k).type != "string"]
-    if wrong:
-        raise ValidationError("Currently, refreshing materialized table only supports referring to "
-                              "char, varchar and string type partition keys. All specified partition "
-                              "keys in partition specs with unsupported types are:\n\n" + "\n".join(wrong))
-    return {keys[k.lower()]: v for k, v in spec.items()}

@@ -18,7 +18,8 @@ from mt_magic.manager.backfill import backfill, schedule_times
 from mt_magic.manager.describe import describe_rows, show_create
 from mt_magic.manager.explain import explain_create, explain_refresh
 from mt_magic.manager.lifecycle import Lifecycle
-from mt_magic.manager.pipelines import Pipelines, check_partition_spec
+from mt_magic.manager.pipelines import Pipelines
+from mt_magic.manager.runs import check_partition_spec
 from mt_magic.manager.schema import (check_formatters, check_partition_keys, column_from_field,
                                      computed_type, derive_schema, keyed, with_unique_names)
 from mt_magic.manager.workspace import Workspace, check_folder_names

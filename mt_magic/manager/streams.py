@@ -13,6 +13,7 @@ from mt_magic import config as cfg
 from mt_magic.catalog.handlers import JobHandler
 from mt_magic.catalog.model import ACTIVATED, SUSPENDED, MaterializedTable, RefreshStrategy, now_iso
 from mt_magic.errors import MaterializedTableError, SparkError
+from mt_magic.manager.failures import FailureRule
 from mt_magic.manager.workspace import Workspace
 from mt_magic.refresh.changes import Snapshots
 from mt_magic.refresh.continuous import ContinuousJobs, output_mode
@@ -35,12 +36,13 @@ def trigger_seconds(ws: Workspace, table: MaterializedTable) -> float:
 class Streams:
     """The streaming strategy's jobs: started with their own settings, watched, suspended, restarted."""
 
-    def __init__(self, ws: Workspace, scheduler: RefreshScheduler, snapshots: Snapshots,
+    def __init__(self, ws: Workspace, scheduler: RefreshScheduler, snapshots: Snapshots, failures: FailureRule,
                  recompute: Callable[[MaterializedTable], MaterializedTable],
                  on_batch: Callable[[str, dict], None]) -> None:
         self.ws = ws
         self.scheduler = scheduler
         self.snapshots = snapshots
+        self.failures = failures
         self._recompute = recompute          # a batch refresh of the whole table, recorded
         self._streamed: dict[str, dict[str, dict | None]] = {}   # table → streamed source → its files
         self.jobs = ContinuousJobs(ws.spark, ws.storage, ws.store, ws.retention_s, self.failed, on_batch)
@@ -169,18 +171,13 @@ class Streams:
         with backoff, or, at `max-consecutive-failures` in a row, suspend the table with the reason
         (never ACTIVATED without a job; RESUME continues from the checkpoint)."""
         log.warning("Continuous refresh job of %s failed: %s", identifier, message)
-        table = self.ws.store.update(identifier, lambda t: _with_job(t, failure=message, failed_at=now_iso())
-                                     .evolve(consecutive_failures=t.consecutive_failures + 1))
-        if table is None or table.job is None or table.refresh_status != ACTIVATED:
+        table = self.failures.failed(
+            identifier, "failures of the continuous refresh job", message, on_suspend=lambda: self.stop(identifier),
+            noted=lambda t: _with_job(t, failure=message, failed_at=now_iso()),
+            suspended=lambda t: _with_job(t, restore_path=checkpoint_of(t)))
+        if table is None or table.job is None:
             return
         failures = table.consecutive_failures
-        if failures >= int(self.ws.options.get(cfg.MAX_CONSECUTIVE_FAILURES)):
-            reason = f"{failures} consecutive failures of the continuous refresh job; the last: {message}"
-            log.warning("Suspended %s: %s", identifier, reason)
-            self.stop(identifier)
-            self.ws.store.update(identifier, lambda t: _with_job(
-                t, restore_path=t.job.checkpoint_location).evolve(refresh_status=SUSPENDED, suspend_reason=reason))
-            return
         self.scheduler.run_once(f"restart:{identifier}", 2 ** (failures - 1),
                                 lambda: self._restart(identifier, table.job.restarts + 1))
 

@@ -1,0 +1,100 @@
+"""A new owner of the store takes over: every table back into Spark, unfinished CREATEs and DROPs
+finished, pipelines restarted, and the fires nobody ran while the store had no owner caught up."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from mt_magic import config as cfg
+from mt_magic.catalog.history import Trigger
+from mt_magic.catalog.model import ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable
+from mt_magic.errors import MaterializedTableError
+from mt_magic.manager.pipelines import Pipelines
+from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT
+from mt_magic.refresh.scheduler import next_fire
+from mt_magic.spark.errors import SPARK_ERRORS, spark_message
+from mt_magic.sql.freshness import FULL, IntervalFreshness
+
+log = logging.getLogger(__name__)
+MAX_CATCH_UPS = 1000         # missed fires run after one downtime, at most
+
+
+class Recovery:
+    def __init__(self, pipelines: Pipelines) -> None:
+        self.pipelines = pipelines
+        self.ws = pipelines.ws
+
+    def restore(self) -> list[str]:
+        """Every table back into Spark, unfinished CREATEs rolled back, FULL tables rescheduled
+        (SUSPENDED ones paused), ACTIVATED streams restarted; the warnings of what could not be."""
+        pipelines, warnings = self.pipelines, []
+        try:
+            pipelines.finish_drops()
+        except (MaterializedTableError, *SPARK_ERRORS) as error:
+            warnings.append(f"Finishing an interrupted DROP: {spark_message(error)}")
+        for table in self.ws.store.list():
+            try:
+                if table.refresh_status == INITIALIZING:
+                    warnings.append(f"{table.identifier}: rolled back an unfinished CREATE.")
+                    pipelines.discard(table)
+                    continue
+                self.ws.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{table.catalog}`.`{table.database}`")
+                self.ws.storage.follow(table)
+                if not table.streams:
+                    pipelines.start(table, fresh=False, paused=table.refresh_status == SUSPENDED)
+                elif table.refresh_status == ACTIVATED:
+                    try:
+                        handler = pipelines.start(table, fresh=False)
+                    except (MaterializedTableError, *SPARK_ERRORS) as error:
+                        pipelines.streams.failed(table.identifier, spark_message(error))   # retried, or suspended
+                        raise
+                    self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_handler=handler))
+                self.ws.storage.sweep(table, self.ws.retention_s())
+            except (MaterializedTableError, *SPARK_ERRORS) as error:
+                warnings.append(f"{table.identifier}: {spark_message(error)}")
+        return warnings
+
+    def catch_up(self) -> None:
+        """After downtime (a new owner, a takeover), the fires of ACTIVATED FULL tables that nobody ran,
+        by `materialized-table.missed-runs`: `latest` (one run, for the most recent), `all` (one per
+        fire, oldest first) or `skip`. Each runs with its own schedule time, so a date-formatted
+        table refills the partition of that fire."""
+        policy = self.ws.options.get(cfg.MISSED_RUNS)
+        if policy == "skip":
+            return
+        now = datetime.now(self.ws.zone())
+        for table in self.ws.store.list():
+            if table.refresh_mode != FULL or table.refresh_status != ACTIVATED:
+                continue
+            missed = self.missed_fires(table, now)
+            if policy == "latest":
+                missed = missed[-1:]
+            if missed:
+                self.pipelines.scheduler.run_once(f"catch-up:{table.identifier}", 0,
+                                                  lambda t=table.identifier, m=tuple(missed): self._catch_up(t, m))
+
+    def missed_fires(self, table: MaterializedTable, now: datetime) -> list[str]:
+        """The table's fire times after the last one that ran (or its creation), up to `now`."""
+        zone = self.ws.zone()
+        ran = [datetime.strptime(e["schedule_time"], SCHEDULE_TIME_FORMAT).replace(tzinfo=zone)
+               for e in self.pipelines.runs.history.entries(table.identifier, 500)
+               if e.get("schedule_time") and e["trigger"] in (Trigger.SCHEDULED, Trigger.CATCH_UP)]
+        after = max(ran) if ran else datetime.fromisoformat(table.created_at).astimezone(zone)
+        freshness = IntervalFreshness.parse(table.freshness)
+        fires: list[str] = []
+        moment = next_fire(freshness, zone, after + timedelta(seconds=1))
+        while moment is not None and moment <= now and len(fires) < MAX_CATCH_UPS:
+            fires.append(moment.strftime(SCHEDULE_TIME_FORMAT))
+            moment = next_fire(freshness, zone, moment + timedelta(seconds=1))
+        return fires
+
+    def _catch_up(self, identifier: str, schedule_times: tuple[str, ...]) -> None:
+        for schedule_time in schedule_times:
+            try:
+                table = self.ws.store.get(identifier)
+                if table is None or table.refresh_status != ACTIVATED:
+                    return
+                self.pipelines.refresh(table, {}, schedule_time, Trigger.CATCH_UP)
+            except (MaterializedTableError, *SPARK_ERRORS) as error:
+                log.warning("Catch-up refresh of %s for %s: %s", identifier, schedule_time, spark_message(error))

@@ -1,0 +1,170 @@
+"""One refresh run and its record: under the table's lock, compare the sources' snapshots, skip or
+rewrite (the whole table or the changed partitions), then record the outcome in the catalog store and
+in the history — a refresh that is not recorded did not happen, for the user."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from datetime import datetime, timedelta
+
+from mt_magic import config as cfg
+from mt_magic.catalog.history import RefreshEntry, RefreshHistory, Runner, Trigger
+from mt_magic.catalog.model import MaterializedTable, Outcome, RefreshOutcome, now_iso
+from mt_magic.errors import ExecutionError, MaterializedTableError, TableNotFoundError, ValidationError
+from mt_magic.manager.failures import cleared
+from mt_magic.manager.workspace import Workspace
+from mt_magic.refresh.changes import Change, Snapshots, compare, volatile
+from mt_magic.refresh.full import run_refresh
+from mt_magic.spark.catalog import refresh_listings
+from mt_magic.spark.commands import alongside
+from mt_magic.spark.errors import spark_call, spark_message
+from mt_magic.spark.session import session_info
+from mt_magic.storage.versions import Target
+from mt_magic.sql.freshness import IntervalFreshness
+
+log = logging.getLogger(__name__)
+
+
+class Runs:
+    """The refresh runs of one process: which run now, when a skip last matched, and the history."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self.snapshots = Snapshots(ws.spark, ws.storage.files, ws.store, ws.analyzer)
+        self.history = RefreshHistory(ws.store.path, int(ws.options.get(cfg.HISTORY_RETENTION)))
+        self.running: set[str] = set()
+        self.matched: dict[str, float] = {}    # table → epoch seconds a skip last found its sources unchanged
+        self.owner = False        # this process runs the store's pipelines (set by the gateway)
+
+    def run(self, table: MaterializedTable, spec: dict[str, str], trigger: Trigger,
+            schedule_time: str | None = None, only_changed: bool = False) -> tuple[MaterializedTable, RefreshOutcome]:
+        """One refresh at a time per table; the outcome is recorded either way, in the record and
+        in the history. `only_changed`: nothing runs when no source changed (a FULL table records
+        the skip), and only the changed partitions are rewritten where the sources tell them."""
+        identifier = table.identifier
+        with self.ws.lock(identifier):
+            current = self.ws.store.get(identifier)
+            if current is None:
+                raise TableNotFoundError(f"Materialized table {identifier} was dropped.")
+            dynamic = current.dynamic_options if trigger in (Trigger.SCHEDULED, Trigger.CATCH_UP) else {}
+            started_at, started = now_iso(), time.monotonic()
+            # When the snapshot asks the catalog where the sources live (after a change it does), the
+            # session forgets its cached listings of them at the same time (over Connect the two
+            # requests travel together): a refresh reads what is there now.
+            listings = alongside(self.ws.spark, refresh_listings, self.ws.spark, current.source_tables) \
+                if self.snapshots.looks_up(current) else None
+            # Taken before the refresh reads: a change while it runs shows at the next comparison.
+            snapshot = spark_call(lambda: self.snapshots.take(current), f"Reading the sources of {identifier}")
+            comparison = compare(current.source_snapshot, snapshot, bool(volatile(current)))
+            target = Target(spec)
+            if only_changed and comparison.change is Change.NONE:
+                outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.SKIPPED, None, spec,
+                                         schedule_time)
+                self.matched[identifier] = time.time()    # the data is as fresh as now
+                if trigger is not Trigger.CHANGE:     # a CONTINUOUS table's idle triggers are not news
+                    self.record(current, trigger, outcome)
+                return current, outcome
+            if comparison.change is not Change.NONE:
+                self.snapshots.forget(current)
+            if only_changed and not spec and comparison.change is Change.PARTITIONS:
+                target = Target(key=comparison.key, values=comparison.values)
+            self.running.add(identifier)
+            try:
+                result = run_refresh(self.ws.spark, self.ws.storage, current, target, dynamic, listings)
+            except BaseException as error:
+                message = str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
+                outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.FAILED, None,
+                                         target.describe(), schedule_time, message)
+                self.ws.store.update(identifier, lambda t: t.with_refresh(outcome))
+                self.record(current, trigger, outcome)
+                if isinstance(error, MaterializedTableError):
+                    raise ExecutionError(f"Refreshing the materialized table {identifier} failed: "
+                                         f"{message}") from None
+                raise
+            finally:
+                self.running.discard(identifier)
+            outcome = RefreshOutcome(started_at, result.duration_s, Outcome.SUCCEEDED, result.rows,
+                                     target.describe(), schedule_time)
+            # The table matches the sources after a refresh of all it could have changed in.
+            matched = snapshot if target.whole or target.key or comparison.change is Change.NONE else {}
+            updated = self.ws.store.update(identifier, lambda t: cleared(t.with_refresh(
+                outcome, storage=result.storage, source_snapshot=matched, published_at=now_iso())))
+            self.record(current, trigger, outcome)
+            if self.owner:       # leftovers are the owner's to sweep, never a client's
+                self.ws.storage.sweep(updated, self.ws.retention_s(), just_published=True)
+            return updated, outcome
+
+    def record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome) -> None:
+        identifier = table.identifier
+        finished = now_iso()
+        self.history.record(RefreshEntry(
+            identifier, trigger, outcome.schedule_time, outcome.started_at, finished, outcome.outcome,
+            outcome.rows, self.runner(), outcome.partition, outcome.error,
+            self._lag(identifier, outcome, finished), freshness_s(table)))
+        log.info("Refresh of %s (%s%s): %s, %s rows in %.2f s%s", identifier, trigger,
+                 f" {outcome.schedule_time}" if outcome.schedule_time else "", outcome.outcome,
+                 outcome.rows if outcome.rows is not None else "no", outcome.duration_s,
+                 f": {outcome.error}" if outcome.error else "")
+
+    def coalesced(self, name: str, schedule_time: str, into: str) -> None:
+        """A fire that waited behind a running refresh and was merged into a later fire: in the history,
+        so that no fire disappears silently."""
+        table = self.ws.store.get(".".join(self.ws.identifier(self.ws.name(name))))
+        if table is None:
+            return
+        moment = now_iso()
+        self.history.record(RefreshEntry(table.identifier, Trigger.SCHEDULED, schedule_time, moment, moment,
+                                         Outcome.COALESCED, None, self.runner(), freshness_s=freshness_s(table),
+                                         reason=f"the previous refresh was still running; merged into the "
+                                                f"fire of {into}"))
+
+    def batch(self, identifier: str, progress: dict) -> None:
+        """A streaming job's micro-batch that read rows, in the history like a refresh."""
+        table = self.ws.store.get(identifier)
+        if table is None:
+            return
+        took = ((progress.get("durationMs") or {}).get("triggerExecution") or 0) / 1000
+        finished = now_iso()
+        started = (datetime.fromisoformat(finished) - timedelta(seconds=took)).isoformat(timespec="milliseconds")
+        self.history.record(RefreshEntry(identifier, Trigger.BATCH, None, started, finished, Outcome.SUCCEEDED,
+                                         progress.get("numInputRows"), self.runner(), {}, None, took,
+                                         freshness_s(table)))
+
+    def runner(self) -> Runner:
+        return Runner(socket.gethostname(), os.getpid(), session_info(self.ws.spark).application_id)
+
+    def _lag(self, identifier: str, outcome: RefreshOutcome, finished: str) -> float | None:
+        """The data's age at the end: what a refresh or skip read is as of its start; after a failure,
+        as of the start of the last one that succeeded (None when none did)."""
+        if outcome.outcome is not Outcome.FAILED:
+            return _seconds_between(outcome.started_at, finished)
+        last = next((e for e in self.history.entries(identifier, 200)
+                     if e["outcome"] in (Outcome.SUCCEEDED, Outcome.SKIPPED)), None)
+        return _seconds_between(last["started"], finished) if last else None
+
+
+def freshness_s(table: MaterializedTable) -> float:
+    return IntervalFreshness.parse(table.freshness).duration.total_seconds()
+
+
+def _seconds_between(start: str, end: str) -> float:
+    return round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 3)
+
+
+def check_partition_spec(table: MaterializedTable, spec: dict[str, str]) -> dict[str, str]:
+    """Spec §4.3, stricter: keys must be partition keys, and of a string type."""
+    keys = {k.lower(): k for k in table.partition_keys}
+    unknown = [k for k in spec if k.lower() not in keys]
+    if unknown:
+        raise ValidationError("The partition spec contains unknown partition keys:\n\n"
+                              + "\n".join(unknown) + "\n\nAll known partition keys are:\n\n"
+                              + "\n".join(table.partition_keys))
+    wrong = [k for k in spec if table.column(k).type != "string"]
+    if wrong:
+        raise ValidationError("Currently, refreshing materialized table only supports referring to "
+                              "char, varchar and string type partition keys. All specified partition "
+                              "keys in partition specs with unsupported types are:\n\n" + "\n".join(wrong))
+    return {keys[k.lower()]: v for k, v in spec.items()}
