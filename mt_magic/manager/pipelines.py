@@ -214,11 +214,13 @@ class Pipelines:
         if not upstream:
             return
 
+        runs = self.runs
+
         def waiting() -> list[str]:
-            return [u.identifier for u in upstream if u.identifier in self.runs.running or (
+            return [u.identifier for u in upstream if u.identifier in runs.running or (
                 u.refresh_mode == FULL and u.refresh_status == ACTIVATED and self.scheduler.has(u.identifier)
                 and next_fire(IntervalFreshness.parse(u.freshness), zone, moment - timedelta(seconds=1)) == moment
-                and not any(e.get("schedule_time") == schedule_time for e in self.runs.history.entries(u.identifier, 20)))]
+                and not any(e.get("schedule_time") == schedule_time for e in runs.history.entries(u.identifier, 20)))]
         deadline = time.monotonic() + min(freshness_s(table), UPSTREAM_WAIT_S)
         while waiting() and time.monotonic() < deadline:
             time.sleep(0.1)
