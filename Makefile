@@ -30,6 +30,7 @@ demo: setup
 # (the tests that start their own processes, marked `processes`, run once).
 TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python
 test: setup chromium $(BROWSER)/node_modules/.package-lock.json
+	$(BIN)/lint-imports --no-cache
 	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q
 	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) MT_MAGIC_SPARK_REMOTE='local[2]' $(BIN)/python -m pytest -q -m 'not processes'
 

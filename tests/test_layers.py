@@ -1,0 +1,79 @@
+"""The architecture checks itself: import-linter's contracts hold, a broken one fails, and the layers
+table of docs/architecture.md names what the code has, in the contracts' order. No Spark needed."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT), "--config", str(ROOT / "pyproject.toml"), "--no-cache"], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def contract_layers() -> list[set[str]]:
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["type"] == "layers")["layers"]
+    return [{m.strip().removeprefix("mt_magic.") for m in re.split(r"[|:]", layer)} for layer in layers]
+
+
+def test_the_import_contracts_hold():
+    out = lint(ROOT)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "0 broken" in out.stdout
+
+
+def test_an_upward_import_breaks_the_layers(tmp_path):
+    shutil.copytree(ROOT / "mt_magic", tmp_path / "mt_magic", ignore=shutil.ignore_patterns("__pycache__"))
+    tokens = tmp_path / "mt_magic" / "sql" / "tokens.py"
+    tokens.write_text(tokens.read_text() + "\nfrom mt_magic.manager import runs  # noqa\n")
+    out = lint(tmp_path)
+    assert out.returncode != 0
+    assert "Layers: imports point down BROKEN" in out.stdout
+    assert "mt_magic.sql is not allowed to import mt_magic.manager" in out.stdout
+
+
+def test_pyspark_in_sql_breaks_its_contract(tmp_path):
+    shutil.copytree(ROOT / "mt_magic", tmp_path / "mt_magic", ignore=shutil.ignore_patterns("__pycache__"))
+    freshness = tmp_path / "mt_magic" / "sql" / "freshness.py"
+    freshness.write_text(freshness.read_text() + "\nimport pyspark  # noqa\n")
+    out = lint(tmp_path)
+    assert "sql/ is syntax only: no Spark, no catalog, no notebook BROKEN" in out.stdout
+
+
+def _table_rows() -> list[tuple[str, str]]:
+    """(package, what it holds) for each row of the layers table in docs/architecture.md."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("## Layers", 1)[1].split("\n\n", 2)[1]
+    rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
+    return [(re.sub(r"[`/]|\.py$", "", name.strip()).removesuffix(".py"), holds) for name, holds in rows]
+
+
+def test_the_architecture_doc_names_every_package_in_the_contracts_order():
+    rows = _table_rows()
+    named = [name for name, _ in rows]
+    packages = sorted(p.name for p in (ROOT / "mt_magic").iterdir() if (p / "__init__.py").exists())
+    assert sorted(set(packages) - set(named)) == [], "packages the doc does not name"
+    layers = contract_layers()
+    level = [next(i for i, layer in enumerate(layers) if name in layer) for name in named]
+    assert level == sorted(level), f"the doc's order {named} is not the contracts' order {layers}"
+
+
+def test_the_modules_the_doc_names_exist():
+    missing = []
+    for package, holds in _table_rows():
+        folder = ROOT / "mt_magic" / package
+        if not folder.is_dir():
+            continue
+        for module in re.findall(r"`([a-z_]+(?:/[a-z_]+)*)/?`", holds):
+            if not (folder / f"{module}.py").exists() and not (folder / module).is_dir():
+                missing.append(f"{package}/{module}")
+    assert missing == []
