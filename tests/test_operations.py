@@ -139,6 +139,36 @@ def test_downstream_refreshes_start_after_upstream_for_the_same_fire(spark, gw, 
         "SELECT COUNT(DISTINCT ds), SUM(amount) FROM sales").first())}, timeout=30)
 
 
+def test_fires_that_wait_for_upstream_tables_hold_no_scheduler_worker(spark, gw, sales):
+    """More tables wait for an upstream table than the scheduler has workers (4): another table still
+    refreshes every second while they wait, and they run once the upstream table is done."""
+    gw.execute("CREATE MATERIALIZED TABLE up FRESHNESS = INTERVAL '1' SECOND REFRESH_MODE = FULL AS "
+               "SELECT ds, SUM(amount) AS total FROM sales GROUP BY ds")
+    downs = [f"down{n}" for n in range(6)]
+    for name in downs:
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '10' SECOND REFRESH_MODE = FULL AS "
+                   "SELECT COUNT(*) AS days FROM up")
+    gw.execute("CREATE MATERIALIZED TABLE other FRESHNESS = INTERVAL '1' SECOND REFRESH_MODE = FULL AS "
+               "SELECT COUNT(*) AS n FROM sales")
+    zone = zone_named(spark.conf.get("spark.sql.session.timeZone"))
+    fire = (int(time.time()) // 10 + 1) * 10        # the downstream tables' next fire
+    if fire - time.time() < 2:
+        fire += 10
+
+    def fired(name: str, low: float, high: float) -> list[dict]:
+        return [e for e in gw.history(name) if e["trigger"] == "scheduled" and
+                low <= datetime.strptime(e["schedule_time"], "%Y-%m-%d %H:%M:%S").replace(tzinfo=zone).timestamp()
+                <= high]
+    # The upstream table's refresh is busy (its lock held, as by a long refresh elsewhere) across the fire.
+    with gw.store.table_lock(gw.describe("up")["identifier"]):
+        wait_for(lambda: time.time() >= fire + 5, timeout=20)
+        assert all(not fired(name, fire, fire) for name in downs), "the downstream fires did not wait"
+        assert len(fired("other", fire, fire + 5)) >= 3, gw.history("other")
+    for name in downs:       # each runs its fire once its wait ends (at most its freshness)
+        [entry] = wait_for(lambda: fired(name, fire, fire), timeout=30)
+        assert entry["outcome"] in ("SUCCEEDED", "SKIPPED"), entry
+
+
 def test_backfill_runs_each_schedule_time_and_stops_at_a_failure(spark, gw, sales):
     spark.sql("INSERT INTO sales VALUES ('2024-01-03', 1, 3.0), ('2024-01-04', 1, 4.0), ('2024-01-05', 1, 5.0)")
     gw.execute("SET 'materialized-table.full.initialize' = 'on-schedule'")

@@ -9,18 +9,18 @@ run (`runs.py`), retried by the failure rule (`failures.py`); a new owner's take
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from mt_magic.catalog.handlers import RecomputeHandler, RefreshHandler, ScheduleHandler
 from mt_magic.catalog.history import Trigger
 from mt_magic.catalog.model import ACTIVATED, SUSPENDED, MaterializedTable, Outcome, RefreshOutcome
 from mt_magic.errors import MaterializedTableError, StateError
 from mt_magic.manager.failures import FailureRule
-from mt_magic.manager.runs import Runs, check_partition_spec, freshness_s
+from mt_magic.manager.runs import Runs, check_partition_spec
 from mt_magic.manager.streams import Streams, checkpoint_of, trigger_seconds
+from mt_magic.manager.upstream import UpstreamWait
 from mt_magic.manager.workspace import Workspace
 from mt_magic.refresh.continuous import Progress
 from mt_magic.refresh.full import job_group
@@ -34,7 +34,6 @@ from mt_magic.sql.freshness import CONTINUOUS, FULL, IntervalFreshness, ModeDeci
 
 log = logging.getLogger(__name__)
 RECENT = 20                  # history entries the dashboard shows per table
-UPSTREAM_WAIT_S = 300.0      # how long a refresh waits for the tables it reads to finish theirs
 STREAM_SETTLE_S = 1.0        # after a stream stops, how long its cancelled tasks may still write
 
 
@@ -56,7 +55,8 @@ class Pipelines:
         self._refresh_named = refresh
         self.runs = Runs(ws)
         self.failures = FailureRule(ws)
-        self.scheduler = RefreshScheduler(refresh, self.runs.coalesced)
+        self.scheduler = RefreshScheduler(refresh, self.runs.coalesced, ready=lambda n, at: self.upstream.ready(n, at))
+        self.upstream = UpstreamWait(ws, self.runs, self.scheduler.has)
         self.streams = Streams(ws, self.scheduler, self.runs.snapshots, self.failures,
                                recompute=lambda table: self.runs.run(table, {}, Trigger.CHANGE)[0],
                                on_batch=self._batch)
@@ -192,7 +192,8 @@ class Pipelines:
             else:
                 spec = periodic_partition(schedule_time, IntervalFreshness.parse(table.freshness),
                                           table.formatter_options(), self.ws.zone(), table.identifier)
-                self._after_upstream(table, schedule_time)
+                if trigger in (None, Trigger.CATCH_UP):      # a backfill's order is the user's
+                    self.upstream.wait(table, schedule_time)
         trigger = trigger or (Trigger.SCHEDULED if schedule_time is not None else Trigger.MANUAL)
         table, last = self._attempts(table, check_partition_spec(table, spec), trigger, schedule_time)
         info = session_info(self.ws.spark)
@@ -203,27 +204,6 @@ class Pipelines:
         return Result.table(["job id", "cluster info", "rows", "partition"],
                             [(job_group(table), {"spark.master": info.master, "spark.app.id": info.application_id},
                               last.rows, target)], message=done, brief=True)
-
-    def _after_upstream(self, table: MaterializedTable, schedule_time: str) -> None:
-        """Dependency order: when the materialized tables this one reads fire at the same schedule
-        time (or refresh now), their refreshes finish before this one starts (bounded by the
-        freshness, at most UPSTREAM_WAIT_S)."""
-        zone = self.ws.zone()
-        moment = datetime.strptime(schedule_time, SCHEDULE_TIME_FORMAT).replace(tzinfo=zone)
-        upstream = [u for u in map(self.ws.store.get, table.source_tables) if u is not None]
-        if not upstream:
-            return
-
-        runs = self.runs
-
-        def waiting() -> list[str]:
-            return [u.identifier for u in upstream if u.identifier in runs.running or (
-                u.refresh_mode == FULL and u.refresh_status == ACTIVATED and self.scheduler.has(u.identifier)
-                and next_fire(IntervalFreshness.parse(u.freshness), zone, moment - timedelta(seconds=1)) == moment
-                and not any(e.get("schedule_time") == schedule_time for e in runs.history.entries(u.identifier, 20)))]
-        deadline = time.monotonic() + min(freshness_s(table), UPSTREAM_WAIT_S)
-        while waiting() and time.monotonic() < deadline:
-            time.sleep(0.1)
 
     def _attempts(self, table: MaterializedTable, spec: dict[str, str], trigger: Trigger,
                   schedule_time: str | None) -> tuple[MaterializedTable, RefreshOutcome]:

@@ -69,13 +69,18 @@ def next_fire(freshness: IntervalFreshness, zone: tzinfo, after: datetime) -> da
     return CronTrigger(timezone=zone, **freshness.cron_fields()).get_next_fire_time(None, after)
 
 
+WAIT_POLL_S = 0.2      # how often a fire that waits for its upstream tables asks again
+
+
 class RefreshScheduler:
-    """Cron jobs keyed by table identifier; a fire calls `refresh(name, schedule_time)` in a pool thread."""
+    """Cron jobs keyed by table identifier; a fire calls `refresh(name, schedule_time)` in a pool thread
+    once `ready(name, schedule_time)` says it may (until then it is re-queued, holding no thread)."""
 
     def __init__(self, refresh: Callable[[str, str], object], coalesced: Callable[[str, str, str], None],
-                 workers: int = 4) -> None:
+                 ready: Callable[[str, str], bool] = lambda name, schedule_time: True, workers: int = 4) -> None:
         self._refresh = refresh
         self._coalesced = coalesced
+        self._ready = ready
         self._scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(workers, {"thread_name_prefix": "mt_magic-refresh"})},
             job_defaults={"coalesce": True, "max_instances": 2, "misfire_grace_time": None})
@@ -83,6 +88,7 @@ class RefreshScheduler:
         self._guard = threading.Lock()
         self._busy: set[str] = set()
         self._queued: dict[str, str] = {}      # table → the schedule time of its fire that waits
+        self._waiting: set[str] = set()        # tables whose fire is re-queued until it is ready
 
     def schedule(self, identifier: str, name: str, freshness: IntervalFreshness, zone: tzinfo,
                  paused: bool = False) -> None:
@@ -109,12 +115,29 @@ class RefreshScheduler:
             if replaced is not None and replaced != schedule_time:
                 self._coalesced(name, replaced, schedule_time)
             return
+        self._drain(name, schedule_time)
+
+    def _drain(self, name: str, schedule_time: str | None) -> None:
+        """Run the fire, then the one queued behind it; a fire that is not ready yet comes back later."""
         while schedule_time is not None:
+            if not self._asks_ready(name, schedule_time):
+                with self._guard:
+                    self._waiting.add(name)
+                self.run_once(f"waiting:{name}", WAIT_POLL_S, lambda at=schedule_time: self._drain(name, at))
+                return
+            with self._guard:
+                self._waiting.discard(name)
             self._run(name, schedule_time)
             with self._guard:
                 schedule_time = self._queued.pop(name, None)
                 if schedule_time is None:
                     self._busy.discard(name)
+
+    def _asks_ready(self, name: str, schedule_time: str) -> bool:
+        try:
+            return self._ready(name, schedule_time)
+        except Exception:   # noqa: BLE001 - the refresh itself reports what is wrong
+            return True
 
     def _run(self, name: str, schedule_time: str) -> None:
         try:
@@ -158,6 +181,11 @@ class RefreshScheduler:
     def clear(self) -> None:
         """Every job gone (this process no longer owns the pipelines); the scheduler runs on."""
         self._scheduler.remove_all_jobs()
+        with self._guard:       # fires that waited to be re-queued are gone with their jobs
+            for name in self._waiting:
+                self._busy.discard(name)
+                self._queued.pop(name, None)
+            self._waiting.clear()
 
     def shutdown(self) -> None:
         if self._scheduler.running:
