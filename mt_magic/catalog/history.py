@@ -37,6 +37,15 @@ class Trigger(StrEnum):
     BACKFILL = "backfill"
 
 
+class Technique(StrEnum):
+    """How a refresh brought the table up to date."""
+
+    SKIP = "skip"                   # no source changed
+    PARTITIONS = "partitions"       # the changed partitions, recomputed
+    FULL = "full"                   # the whole query, recomputed
+    STREAM = "stream"               # a streaming job's micro-batch
+
+
 @dataclass(frozen=True)
 class Runner:
     """The process that ran a refresh."""
@@ -61,6 +70,8 @@ class RefreshEntry:
     lag_s: float | None = None      # the data's age when the entry ended (None: never refreshed)
     freshness_s: float | None = None
     reason: str | None = None       # why it ran as it did (a coalesced fire: into which)
+    technique: Technique | None = None
+    sources: dict[str, str] = field(default_factory=dict)   # source → what it did (appended 2 files, …)
 
 
 class RefreshHistory:

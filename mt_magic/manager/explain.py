@@ -19,7 +19,7 @@ COLUMNS = ["item", "value"]
 
 
 def explain_refresh(pipelines: Pipelines, table: MaterializedTable, spec: dict[str, str]) -> Result:
-    snapshot = spark_call(lambda: pipelines.runs.snapshots.take(table), f"Reading the sources of {table.identifier}")
+    snapshot, _ = spark_call(lambda: pipelines.runs.snapshots.take(table), f"Reading the sources of {table.identifier}")
     comparison = compare(table.source_snapshot, snapshot, bool(volatile(table)))
     rows = [("table", table.identifier),
             ("refresh mode", f"{table.refresh_mode} ({strategy_text(table)})" if table.refresh_strategy

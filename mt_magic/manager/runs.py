@@ -11,13 +11,14 @@ import time
 from datetime import datetime, timedelta
 
 from mt_magic import config as cfg
-from mt_magic.catalog.history import RefreshEntry, RefreshHistory, Runner, Trigger
+from mt_magic.catalog.history import RefreshEntry, RefreshHistory, Runner, Technique, Trigger
 from mt_magic.catalog.model import MaterializedTable, Outcome, RefreshOutcome, now_iso
 from mt_magic.errors import ExecutionError, MaterializedTableError, TableNotFoundError, ValidationError
 from mt_magic.manager.failures import cleared
 from mt_magic.manager.workspace import Workspace
-from mt_magic.refresh.changes import Change, Snapshots, compare, volatile
+from mt_magic.refresh.changes import Change, Snapshots, compare, deltas, volatile
 from mt_magic.refresh.full import run_refresh
+from mt_magic.storage.manifests import Manifests
 from mt_magic.spark.catalog import refresh_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call, spark_message
@@ -34,6 +35,7 @@ class Runs:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
         self.snapshots = Snapshots(ws.spark, ws.storage.files, ws.store, ws.analyzer)
+        self.manifests = Manifests(ws.storage.files)
         self.history = RefreshHistory(ws.store.path, int(ws.options.get(cfg.HISTORY_RETENTION)))
         self.running: set[str] = set()
         self.matched: dict[str, float] = {}    # table → epoch seconds a skip last found its sources unchanged
@@ -57,7 +59,8 @@ class Runs:
             listings = alongside(self.ws.spark, refresh_listings, self.ws.spark, current.source_tables) \
                 if self.snapshots.looks_up(current) else None
             # Taken before the refresh reads: a change while it runs shows at the next comparison.
-            snapshot = spark_call(lambda: self.snapshots.take(current), f"Reading the sources of {identifier}")
+            snapshot, files = spark_call(lambda: self.snapshots.take(current),
+                                         f"Reading the sources of {identifier}")
             comparison = compare(current.source_snapshot, snapshot, bool(volatile(current)))
             target = Target(spec)
             if only_changed and comparison.change is Change.NONE:
@@ -65,12 +68,16 @@ class Runs:
                                          schedule_time)
                 self.matched[identifier] = time.time()    # the data is as fresh as now
                 if trigger is not Trigger.CHANGE:     # a CONTINUOUS table's idle triggers are not news
-                    self.record(current, trigger, outcome)
+                    self.record(current, trigger, outcome, Technique.SKIP)
                 return current, outcome
+            sources = {}
             if comparison.change is not Change.NONE:
                 self.snapshots.forget(current)
+                sources = {name: delta.describe() for name, delta in deltas(
+                    self.manifests.read(current.storage.root, current.source_snapshot), files).items()}
             if only_changed and not spec and comparison.change is Change.PARTITIONS:
                 target = Target(key=comparison.key, values=comparison.values)
+            technique = Technique.FULL if target.whole else Technique.PARTITIONS
             self.running.add(identifier)
             try:
                 result = run_refresh(self.ws.spark, self.ws.storage, current, target, dynamic, listings)
@@ -79,7 +86,7 @@ class Runs:
                 outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.FAILED, None,
                                          target.describe(), schedule_time, message)
                 self.ws.store.update(identifier, lambda t: t.with_refresh(outcome))
-                self.record(current, trigger, outcome)
+                self.record(current, trigger, outcome, technique, sources)
                 if isinstance(error, MaterializedTableError):
                     raise ExecutionError(f"Refreshing the materialized table {identifier} failed: "
                                          f"{message}") from None
@@ -90,20 +97,26 @@ class Runs:
                                      target.describe(), schedule_time)
             # The table matches the sources after a refresh of all it could have changed in.
             matched = snapshot if target.whole or target.key or comparison.change is Change.NONE else {}
+            root = current.storage.root
+            if matched:         # the files behind the snapshot, beside the data, before the record names it
+                self.manifests.write(root, matched, files)
             updated = self.ws.store.update(identifier, lambda t: cleared(t.with_refresh(
                 outcome, storage=result.storage, source_snapshot=matched, published_at=now_iso())))
-            self.record(current, trigger, outcome)
+            self.manifests.keep_only(root, matched)
+            self.record(current, trigger, outcome, technique, sources)
             if self.owner:       # leftovers are the owner's to sweep, never a client's
                 self.ws.storage.sweep(updated, self.ws.retention_s(), just_published=True)
             return updated, outcome
 
-    def record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome) -> None:
+    def record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome, technique: Technique,
+               sources: dict[str, str] | None = None) -> None:
         identifier = table.identifier
         finished = now_iso()
         self.history.record(RefreshEntry(
             identifier, trigger, outcome.schedule_time, outcome.started_at, finished, outcome.outcome,
             outcome.rows, self.runner(), outcome.partition, outcome.error,
-            self._lag(identifier, outcome, finished), freshness_s(table)))
+            self._lag(identifier, outcome, finished), freshness_s(table), technique=technique,
+            sources=sources or {}))
         log.info("Refresh of %s (%s%s): %s, %s rows in %.2f s%s", identifier, trigger,
                  f" {outcome.schedule_time}" if outcome.schedule_time else "", outcome.outcome,
                  outcome.rows if outcome.rows is not None else "no", outcome.duration_s,
@@ -131,7 +144,7 @@ class Runs:
         started = (datetime.fromisoformat(finished) - timedelta(seconds=took)).isoformat(timespec="milliseconds")
         self.history.record(RefreshEntry(identifier, Trigger.BATCH, None, started, finished, Outcome.SUCCEEDED,
                                          progress.get("numInputRows"), self.runner(), {}, None, took,
-                                         freshness_s(table)))
+                                         freshness_s(table), technique=Technique.STREAM))
 
     def runner(self) -> Runner:
         return Runner(socket.gethostname(), os.getpid(), session_info(self.ws.spark).application_id)

@@ -5,7 +5,10 @@ materialized table, the files of its published versions as the catalog store nam
 other table, the files under its folder. A source whose state cannot be told from files (a view, a
 JDBC table) has no digest, and a table reading it is recomputed at every trigger. Where Spark's
 optimizer proves that an output partition reads only the same partition of a source, the snapshot
-keeps a digest per source partition too, so that only changed partitions are recomputed.
+keeps a digest per source partition too, so that only changed partitions are recomputed. Against
+the manifest of the files behind the published data, each source is unchanged, appended (every old
+file still there, unchanged, plus new ones) or rewritten (anything else: a file gone or changed, an
+INSERT OVERWRITE, a compaction).
 """
 
 from __future__ import annotations
@@ -91,6 +94,50 @@ def compare(previous: Snapshot, current: Snapshot, volatile: bool) -> Comparison
     return Comparison(Change.PARTITIONS, keys.pop(), tuple(sorted(values)))
 
 
+class SourceChange(Enum):
+    UNCHANGED = "unchanged"
+    APPENDED = "appended"
+    REWRITTEN = "rewritten"
+    UNKNOWN = "unknown"          # no manifest to compare with, or a source files cannot tell
+
+
+@dataclass(frozen=True)
+class SourceDelta:
+    """One source since the published data was computed."""
+
+    change: SourceChange
+    added: tuple[str, ...] = ()     # the appended files
+    added_bytes: int = 0
+    total_bytes: int = 0            # the source's files now
+
+    def describe(self) -> str:
+        if self.change is SourceChange.APPENDED:
+            return f"appended {len(self.added)} file{'s' if len(self.added) != 1 else ''} ({self.added_bytes} bytes)"
+        return self.change.value
+
+
+def classify(before: Listing | None, now: Listing | None) -> SourceDelta:
+    if before is None or now is None:
+        return SourceDelta(SourceChange.UNKNOWN, total_bytes=_bytes(now))
+    if any(now.get(path) != facts for path, facts in before.items()):
+        return SourceDelta(SourceChange.REWRITTEN, total_bytes=_bytes(now))
+    added = tuple(sorted(set(now) - set(before)))
+    if not added:
+        return SourceDelta(SourceChange.UNCHANGED, total_bytes=_bytes(now))
+    return SourceDelta(SourceChange.APPENDED, added, sum(now[p][0] for p in added), _bytes(now))
+
+
+def _bytes(listing: Listing | None) -> int:
+    return sum(size for size, _ in (listing or {}).values())
+
+
+def deltas(before: dict[str, Listing | None] | None,
+           now: dict[str, Listing | None]) -> dict[str, SourceDelta]:
+    """Each source's change from the manifest to the listings taken now."""
+    return {source: classify(None if before is None else before.get(source), listing)
+            for source, listing in now.items()}
+
+
 def volatile(table: MaterializedTable) -> list[str]:
     return volatile_calls(table.definition_query)
 
@@ -112,11 +159,14 @@ class Snapshots:
         self._folders: dict[str, tuple[float, str | None]] = {}
         self._lineage: dict[str, _Lineage] = {}
 
-    def take(self, table: MaterializedTable) -> Snapshot:
+    def take(self, table: MaterializedTable) -> tuple[Snapshot, dict[str, Listing | None]]:
+        """The sources' snapshot (digests, for the record) and the listings it was taken from (for
+        the manifest beside the data)."""
         lineage = self.lineage(table)
         snapshot: Snapshot = {}
+        listings: dict[str, Listing | None] = {}
         for source in table.source_tables:
-            listing = self.listing(source)
+            listing = listings[source] = self.listing(source)
             if listing is None:
                 snapshot[source] = {"digest": None}
                 continue
@@ -125,7 +175,7 @@ class Snapshots:
             if column:
                 snapshot[source].update(key=lineage.key, column=column,
                                         partitions=partition_digests(listing, column))
-        return snapshot
+        return snapshot, listings
 
     def listing(self, source: str) -> Listing | None:
         """The source's data files, or None when its state cannot be told from files (or the source

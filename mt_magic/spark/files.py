@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -69,6 +70,14 @@ class Files:
         data changes. Names Spark skips (`_x`, `.x`) are skipped here too."""
         raise NotImplementedError
 
+    def write_text(self, path: str, text: str) -> None:
+        """A small file, whole: written aside, then renamed into place (a reader sees all or nothing)."""
+        raise NotImplementedError
+
+    def read_text(self, path: str) -> str | None:
+        """A small file's text, or None when there is none."""
+        raise NotImplementedError
+
     def is_empty_dir(self, path: str) -> bool:
         return not [e for e in self.list(path) if not e.name.startswith((".", "_"))]
 
@@ -82,6 +91,7 @@ class HadoopFiles(Files):
         self._path_class = spark._jvm.org.apache.hadoop.fs.Path   # a lookup costs JVM round trips
         self._conf = spark._jsc.hadoopConfiguration()
         self._file_util = spark._jvm.org.apache.hadoop.fs.FileUtil
+        self._jvm = spark._jvm
 
     def _fs(self, path: str):
         jpath = self._path_class(path)
@@ -156,6 +166,32 @@ class HadoopFiles(Files):
         if not fs.exists(jpath):
             return None
         return time.time() - fs.getFileStatus(jpath).getModificationTime() / 1000.0
+
+    def write_text(self, path: str, text: str) -> None:
+        if _is_local(path):
+            LocalFiles().write_text(path, text)
+            return
+        aside = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+        fs, jaside = self._fs(aside)
+        stream = fs.create(jaside, True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+        fs.delete(self._path_class(path), False)
+        self.rename(aside, path)
+
+    def read_text(self, path: str) -> str | None:
+        if _is_local(path):
+            return LocalFiles().read_text(path)
+        fs, jpath = self._fs(path)
+        if not fs.exists(jpath):
+            return None
+        stream = fs.open(jpath)
+        try:
+            return self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
 
 
 def _is_local(path: str) -> bool:
@@ -243,5 +279,19 @@ class LocalFiles(Files):
     def age(self, path: str) -> float | None:
         try:
             return time.time() - os.stat(self._local(path)).st_mtime
+        except FileNotFoundError:
+            return None
+
+    def write_text(self, path: str, text: str) -> None:
+        local = self._local(path)
+        aside = f"{local}.{uuid.uuid4().hex[:8]}.tmp"
+        with open(aside, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(aside, local)
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            with open(self._local(path), encoding="utf-8") as handle:
+                return handle.read()
         except FileNotFoundError:
             return None

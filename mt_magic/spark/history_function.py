@@ -15,7 +15,7 @@ from typing import Any
 FUNCTION_NAME = "mt_refresh_history"
 SCHEMA = ("table string, trigger string, schedule_time string, started string, finished string, "
           "outcome string, rows bigint, partitions string, error string, lag_s double, freshness_s double, "
-          "reason string, host string, pid int, application_id string")
+          "reason string, technique string, sources string, host string, pid int, application_id string")
 
 
 def register_history_function(spark: Any, store_path: str) -> None:
@@ -33,7 +33,8 @@ def register_history_function(spark: Any, store_path: str) -> None:
                 yield (table, entry.get("trigger"), entry.get("schedule_time"), entry.get("started"),
                        entry.get("finished"), entry.get("outcome"), entry.get("rows"),
                        json.dumps(entry.get("partitions") or {}, sort_keys=True), entry.get("error"),
-                       entry.get("lag_s"), entry.get("freshness_s"), entry.get("reason"), runner.get("host"), runner.get("pid"),
+                       entry.get("lag_s"), entry.get("freshness_s"), entry.get("reason"), entry.get("technique"),
+                       json.dumps(entry.get("sources") or {}, sort_keys=True), runner.get("host"), runner.get("pid"),
                        runner.get("application_id"))
 
     spark.udtf.register(FUNCTION_NAME, udtf(RefreshHistoryFunction, returnType=SCHEMA))

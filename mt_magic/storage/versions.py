@@ -25,6 +25,7 @@ from mt_magic.spark.files import files_for
 from mt_magic.spark.session import is_connect
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
+from mt_magic.storage.manifests import MANIFESTS_DIR
 from mt_magic.storage.writers import Writers, note_of
 
 VERSION_PREFIX = "v-"
@@ -200,7 +201,7 @@ class TableStorage:
             self.files.delete(root)
             return
         for entry in self.files.list(root):
-            if entry.name.startswith(VERSION_PREFIX) or entry.name == EMPTY_DIR:
+            if entry.name.startswith(VERSION_PREFIX) or entry.name in (EMPTY_DIR, MANIFESTS_DIR):
                 self.files.delete(entry.path)
 
     # ----------------------------------------------------------- versions

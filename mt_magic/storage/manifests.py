@@ -1,0 +1,58 @@
+"""The manifest of the files each source had when the published data was computed (path, size,
+modification time), from which a refresh tells what each source did since (`refresh/changes`).
+
+A manifest lies beside the table's data, under `<root>/_manifests/` (a name Spark's readers skip),
+named by the digests of the snapshot the catalog record keeps: the record says which manifest is
+the published one, and the catalog document stays small however many files the sources hold. Only
+refreshes read manifests, under the table's lock; the ones the record no longer names are deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from mt_magic.spark.files import Files, Listing
+
+MANIFESTS_DIR = "_manifests"
+
+
+def manifest_name(snapshot: dict[str, dict]) -> str:
+    """The name of the manifest of a snapshot: its sources' digests, hashed."""
+    text = "\n".join(f"{source}\t{facts.get('digest')}" for source, facts in sorted(snapshot.items()))
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:20] + ".json"
+
+
+class Manifests:
+    def __init__(self, files: Files) -> None:
+        self.files = files
+
+    def write(self, root: str, snapshot: dict[str, dict], listings: dict[str, Listing | None]) -> None:
+        """The listings the snapshot was taken from, before the record names the snapshot."""
+        folder = f"{root.rstrip('/')}/{MANIFESTS_DIR}"
+        self.files.mkdirs(folder)
+        document = {source: None if listing is None else {p: list(f) for p, f in sorted(listing.items())}
+                    for source, listing in listings.items()}
+        self.files.write_text(f"{folder}/{manifest_name(snapshot)}", json.dumps(document, separators=(",", ":")))
+
+    def read(self, root: str, snapshot: dict[str, dict]) -> dict[str, Listing | None] | None:
+        """The listings behind the snapshot the record names; None when there are none to read (a
+        table published before manifests, or a manifest lost): its sources are UNKNOWN."""
+        if not snapshot:
+            return None
+        text = self.files.read_text(f"{root.rstrip('/')}/{MANIFESTS_DIR}/{manifest_name(snapshot)}")
+        if text is None:
+            return None
+        try:
+            document = json.loads(text)
+        except ValueError:
+            return None
+        return {source: None if files is None else {p: (int(f[0]), int(f[1])) for p, f in files.items()}
+                for source, files in document.items()}
+
+    def keep_only(self, root: str, snapshot: dict[str, dict]) -> None:
+        """Every manifest but the snapshot's, deleted (the record no longer names them)."""
+        keep = manifest_name(snapshot) if snapshot else None
+        for entry in self.files.list(f"{root.rstrip('/')}/{MANIFESTS_DIR}"):
+            if entry.name != keep:
+                self.files.delete(entry.path)

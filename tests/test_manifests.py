@@ -1,0 +1,86 @@
+"""Change capture: beside the published data, the manifest of the files each source had; at the next
+refresh each source is unchanged, appended or rewritten, and the history says so with the technique."""
+
+from __future__ import annotations
+
+import json
+import os
+from urllib.parse import urlparse
+
+from mt_magic.refresh.changes import SourceChange, classify
+
+FULL_SALES = ("CREATE MATERIALIZED TABLE totals FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS "
+              "SELECT ds, SUM(amount) AS total FROM sales GROUP BY ds")
+
+
+def test_a_source_is_unchanged_appended_or_rewritten():
+    before = {"f:/a/1": (10, 1), "f:/a/2": (20, 2)}
+    assert classify(before, dict(before)).change is SourceChange.UNCHANGED
+    appended = classify(before, {**before, "f:/a/3": (5, 3), "f:/a/4": (7, 4)})
+    assert (appended.change, appended.added, appended.added_bytes, appended.total_bytes) == \
+        (SourceChange.APPENDED, ("f:/a/3", "f:/a/4"), 12, 42)
+    assert appended.describe() == "appended 2 files (12 bytes)"
+    assert classify(before, {"f:/a/1": (10, 1)}).change is SourceChange.REWRITTEN            # a file gone
+    assert classify(before, {"f:/a/1": (10, 1), "f:/a/2": (21, 2)}).change is SourceChange.REWRITTEN
+    assert classify(before, {"f:/a/1": (10, 1), "f:/a/2": (20, 9)}).change is SourceChange.REWRITTEN
+    assert classify({}, {"f:/a/1": (10, 1)}).change is SourceChange.APPENDED                  # first files
+    assert classify(None, before).change is SourceChange.UNKNOWN                                # no manifest
+    assert classify(before, None).change is SourceChange.UNKNOWN                                # a view
+
+
+def _root(gw, name: str) -> str:
+    return urlparse(gw.store.get(gw.describe(name)["identifier"]).storage.root).path
+
+
+def _manifests(gw, name: str) -> list[str]:
+    folder = os.path.join(_root(gw, name), "_manifests")
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+def test_refreshes_say_what_each_source_did_and_keep_its_files_beside_the_data(spark, gw, sales, store_path):
+    gw.execute(FULL_SALES)
+    source = f"spark_catalog.{spark.catalog.currentDatabase()}.sales"
+    [manifest] = _manifests(gw, "totals")
+    with open(os.path.join(_root(gw, "totals"), "_manifests", manifest), encoding="utf-8") as handle:
+        files = json.load(handle)[source]
+    assert files and all("/sales/" in path for path in files)
+    with open(store_path, encoding="utf-8") as handle:       # the catalog document keeps digests only
+        assert next(iter(files)) not in handle.read()
+
+    spark.sql("INSERT INTO sales VALUES ('2024-01-03', 1, 3.0)")
+    gw.execute("ALTER MATERIALIZED TABLE totals REFRESH")
+    last = gw.history("totals", limit=1)[0]
+    assert last["technique"] == "full" and last["sources"][source].startswith("appended 1 file (")
+    assert len(_manifests(gw, "totals")) == 1 and _manifests(gw, "totals") != [manifest]
+
+    spark.sql("INSERT OVERWRITE sales VALUES ('2024-01-04', 1, 4.0)")
+    gw.execute("ALTER MATERIALIZED TABLE totals REFRESH")
+    assert gw.history("totals", limit=1)[0]["sources"] == {source: "rewritten"}
+
+    gw.refresh("totals", schedule_time="2030-01-01 00:00:00")       # nothing changed: a skip
+    skipped = gw.history("totals", limit=1)[0]
+    assert (skipped["outcome"], skipped["technique"], skipped["sources"]) == ("SKIPPED", "skip", {})
+    row = spark.sql("SELECT technique, sources FROM mt_refresh_history('totals') WHERE outcome = 'SUCCEEDED' "
+                    "ORDER BY finished DESC LIMIT 1").first()
+    assert row["technique"] == "full" and json.loads(row["sources"]) == {source: "rewritten"}
+
+
+def test_a_table_over_a_recomputed_table_sees_it_rewritten(spark, gw, sales):
+    gw.execute(FULL_SALES)
+    gw.execute("CREATE MATERIALIZED TABLE days FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS "
+               "SELECT COUNT(*) AS n FROM totals")
+    spark.sql("INSERT INTO sales VALUES ('2024-01-03', 1, 3.0)")
+    gw.execute("ALTER MATERIALIZED TABLE totals REFRESH")
+    gw.execute("ALTER MATERIALIZED TABLE days REFRESH")
+    upstream = gw.describe("totals")["identifier"]
+    assert gw.history("days", limit=1)[0]["sources"] == {upstream: "rewritten"}
+
+
+def test_dropping_a_table_at_a_path_of_its_own_removes_its_manifests(spark, gw, sales, tmp_path):
+    folder = tmp_path / "at"
+    folder.mkdir()
+    gw.execute(f"CREATE MATERIALIZED TABLE kept WITH ('path' = '{folder}') FRESHNESS = INTERVAL '1' DAY "
+               "REFRESH_MODE = FULL AS SELECT ds, amount FROM sales")
+    assert (folder / "_manifests").is_dir()
+    gw.execute("DROP MATERIALIZED TABLE kept")
+    assert folder.is_dir() and not (folder / "_manifests").exists()
