@@ -10,11 +10,18 @@ import itertools
 import os
 
 import pytest
+from hypothesis import settings
 
 from mt_magic import Gateway
 from mt_magic.session import local_session
 
 _counter = itertools.count()
+
+# Property tests: on CI a few dozen examples each, reproducible (derandomized), no deadline (a shared
+# 2-core machine); locally more, with failing examples kept in .hypothesis/ and tried first next time.
+settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True, print_blob=True)
+settings.register_profile("local", max_examples=300, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "local"))
 
 
 @pytest.fixture(scope="session")

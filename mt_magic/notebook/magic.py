@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-import sqlparse
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
@@ -22,6 +21,7 @@ from mt_magic.spark.session import (active_session, is_session, restore_client_l
                                     silence_client_logs)
 from mt_magic.sql.parser import parse
 from mt_magic.sql.statements import CreateMaterializedTable
+from mt_magic.sql.tokens import tokenize
 
 _STATE_KEY = "_mt_magic_magics"
 _QUIET_LOGGERS = ("mt_magic", "apscheduler")
@@ -194,7 +194,8 @@ class MtMagics(Magics):
 def _silenced(sql: str) -> bool:
     """A trailing ';'. Not IPython's @output_can_be_silenced: it tokenizes the cell as Python, and
     SQL's free indentation raises IndentationError there."""
-    return sqlparse.format(sql, strip_comments=True).rstrip().endswith(";")
+    tokens = tokenize(sql)
+    return bool(tokens) and tokens[-1].is_symbol(";")
 
 
 def _creates(sql: str) -> bool:

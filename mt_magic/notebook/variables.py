@@ -9,21 +9,20 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from sqlparse import lexer
-from sqlparse import tokens as T
-
 from mt_magic.errors import ValidationError
 from mt_magic.sql.statements import sql_string
+from mt_magic.sql.tokens import code_spans
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
 def substitute(sql: str, namespace: Mapping[str, object]) -> str:
-    """Placeholders outside string literals and comments become literals; None becomes NULL."""
-    literal_spans = _literal_spans(sql)
+    """Placeholders in code (not in string literals, quoted names or comments, read by the lexer the
+    parser uses) become literals; None becomes NULL."""
+    code = code_spans(sql)
 
     def literal(match: re.Match) -> str:
-        if any(start <= match.start() < end for start, end in literal_spans):
+        if not any(start <= match.start() and match.end() <= end for start, end in code):
             return match.group(0)
         name = match.group(1)
         if name not in namespace:
@@ -33,11 +32,3 @@ def substitute(sql: str, namespace: Mapping[str, object]) -> str:
 
     return _PLACEHOLDER.sub(literal, sql)
 
-
-def _literal_spans(sql: str) -> list[tuple[int, int]]:
-    spans, offset = [], 0
-    for ttype, value in lexer.tokenize(sql):
-        if ttype in T.String or ttype in T.Comment:
-            spans.append((offset, offset + len(value)))
-        offset += len(value)
-    return spans

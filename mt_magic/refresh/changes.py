@@ -25,7 +25,7 @@ from mt_magic.catalog.model import MaterializedTable
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import MaterializedTableError
 from mt_magic.spark.analysis import QueryAnalyzer
-from mt_magic.spark.catalog import table_facts
+from mt_magic.spark.catalog import TableFacts, table_facts, tables_facts
 from mt_magic.spark.files import Files, Listing
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.sql.volatile import volatile_calls
@@ -138,6 +138,10 @@ def deltas(before: dict[str, Listing | None] | None,
             for source, listing in now.items()}
 
 
+def _quoted(identifier: str) -> str:
+    return ".".join(quote_identifier(p) for p in identifier.split(".", 2))
+
+
 def volatile(table: MaterializedTable) -> list[str]:
     return volatile_calls(table.definition_query)
 
@@ -165,8 +169,14 @@ class Snapshots:
         lineage = self.lineage(table)
         snapshot: Snapshot = {}
         listings: dict[str, Listing | None] = {}
+        # Where the sources live: one catalog request per database, not one per source.
+        asked = [source for source in table.source_tables if self._looks_up(source)]
+        try:
+            facts: dict[str, TableFacts | None] = dict(tables_facts(self.spark, asked)) if asked else {}
+        except MaterializedTableError:      # a source gone: each is looked up alone, and says so
+            facts = {}
         for source in table.source_tables:
-            listing = listings[source] = self.listing(source)
+            listing = listings[source] = self.listing(source, facts.get(source))
             if listing is None:
                 snapshot[source] = {"digest": None}
                 continue
@@ -177,11 +187,12 @@ class Snapshots:
                                         partitions=partition_digests(listing, column))
         return snapshot, listings
 
-    def listing(self, source: str) -> Listing | None:
+    def listing(self, source: str, facts: TableFacts | None = None) -> Listing | None:
         """The source's data files, or None when its state cannot be told from files (or the source
-        is gone: the refresh that reads it says what is wrong)."""
+        is gone: the refresh that reads it says what is wrong). `facts`: the catalog's answer on
+        where it lives, asked already."""
         try:
-            locations = self._locations(source)
+            locations = self._locations(source, facts)
         except MaterializedTableError:
             return None
         if locations is None:
@@ -193,9 +204,11 @@ class Snapshots:
 
     def looks_up(self, table: MaterializedTable) -> bool:
         """The next snapshot asks Spark's catalog where a source lives (a round trip each)."""
-        return any(self.store.get(source) is None and
-                   time.monotonic() - self._folders.get(source, (0.0, None))[0] > FACTS_TTL_S
-                   for source in table.source_tables)
+        return any(map(self._looks_up, table.source_tables))
+
+    def _looks_up(self, source: str) -> bool:
+        return self.store.get(source) is None and \
+            time.monotonic() - self._folders.get(source, (0.0, None))[0] > FACTS_TTL_S
 
     def forget(self, table: MaterializedTable) -> None:
         """A source changed: its folder is looked up again next time (it may have moved)."""
@@ -218,14 +231,14 @@ class Snapshots:
         self._lineage[table.identifier] = lineage
         return lineage
 
-    def _locations(self, source: str) -> list[str] | None:
+    def _locations(self, source: str, asked: TableFacts | None) -> list[str] | None:
         upstream = self.store.get(source)
         if upstream is not None:       # a materialized table: its published versions
             storage = upstream.storage
             return [storage.location] + [p.location for p in storage.partitions]
         stamp, folder = self._folders.get(source, (0.0, None))
         if time.monotonic() - stamp > FACTS_TTL_S:
-            facts = table_facts(self.spark, ".".join(quote_identifier(p) for p in source.split(".", 2)))
+            facts = asked or table_facts(self.spark, _quoted(source))
             folder = None if facts.kind == "VIEW" else facts.location
             self._folders[source] = (time.monotonic(), folder)
         return [folder] if folder else None

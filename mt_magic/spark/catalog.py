@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from mt_magic.errors import ValidationError
-from mt_magic.spark.commands import command_rows
+from mt_magic.spark.commands import alongside, command_rows
 from mt_magic.spark.errors import SPARK_ERRORS, error_class, spark_call, spark_message
 from mt_magic.spark.session import is_connect
 from mt_magic.sql.statements import quote_identifier, sql_string
@@ -98,11 +98,44 @@ def table_facts(spark: Any, quoted: str) -> TableFacts:
                       _reads_as(rows, details))
 
 
+_PLAIN_NAME = re.compile(r"[a-z0-9_]+")      # a name SHOW TABLES' pattern matches as itself
+
+
+def tables_facts(spark: Any, identifiers: Sequence[str]) -> dict[str, TableFacts]:
+    """Where tables live and what they are (catalog.database.name each): one SHOW TABLE EXTENDED per
+    database, side by side over Connect, instead of a DESCRIBE per table. A table it does not list
+    (a name its pattern cannot hold, or a table gone) is described alone, which raises what is wrong."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for identifier in identifiers:
+        catalog, database, name = identifier.split(".", 2)
+        if _PLAIN_NAME.fullmatch(name):
+            groups.setdefault((catalog, database), []).append(name)
+    asked = {key: alongside(spark, command_rows, spark, f"SHOW TABLE EXTENDED IN {quote_identifier(key[0])}."
+                            f"{quote_identifier(key[1])} LIKE {sql_string('|'.join(names))}")
+             for key, names in groups.items()}
+    found: dict[str, TableFacts] = {}
+    for (catalog, database), request in asked.items():
+        for row in spark_call(request.result, f"Listing the tables of {catalog}.{database}"):
+            if not row[2]:           # a temporary view: never a source
+                found[f"{catalog}.{database}.{row[1]}"] = _facts_of_information(row[3])
+    return {i: found[i] if i in found else table_facts(spark, ".".join(map(quote_identifier, i.split(".", 2))))
+            for i in identifiers}
+
+
+def _facts_of_information(information: str) -> TableFacts:
+    details = dict(line.split(": ", 1) for line in information.splitlines() if ": " in line)
+    columns = re.findall(r"`((?:[^`]|``)*)`", details.get("Partition Columns", ""))
+    return TableFacts(details.get("Type", ""), details.get("Location"), tuple(c.replace("``", "`") for c in columns))
+
+
 def refresh_listings(spark: Any, identifiers: tuple[str, ...]) -> None:
     """Forget this session's cached file listings of these tables (catalog.database.name each), which
-    a write from another session or application does not invalidate."""
-    for identifier in identifiers:
-        spark.sql(f"REFRESH TABLE {'.'.join(quote_identifier(p) for p in identifier.split('.', 2))}")
+    a write from another session or application does not invalidate. Over Connect the requests
+    travel side by side (a query over eight tables waits for one round trip, not eight)."""
+    pending = [alongside(spark, spark.sql, f"REFRESH TABLE {'.'.join(quote_identifier(p) for p in i.split('.', 2))}")
+               for i in identifiers]
+    for request in pending:
+        request.result()
 
 
 def database_location(spark: Any, catalog: str, database: str) -> str:

@@ -1,4 +1,5 @@
-"""Tokens with positions, and the split of a text into statements.
+"""Tokens with positions, and the split of a text into statements: the one reading of our SQL text
+(the parser, the magic and `{{var}}` substitution all use it).
 
 String literals, quoted identifiers and comments are read here by Spark's own lexical rules (one
 definition, shared with the literal writer `statements.sql_string`): a backslash escapes the next
@@ -120,6 +121,11 @@ def _comment_end(text: str, start: int) -> int | None:
         else:
             i += 1
     return None
+
+
+def code_spans(text: str) -> list[tuple[int, int]]:
+    """Where `text` is code: outside string literals, quoted names and comments (Spark's rules)."""
+    return [(start, end) for kind, start, end in _spans(text) if kind is None]
 
 
 def tokenize(text: str) -> list[Token]:
