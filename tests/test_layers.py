@@ -31,22 +31,30 @@ def test_the_import_contracts_hold():
     assert "0 broken" in out.stdout
 
 
-def test_an_upward_import_breaks_the_layers(tmp_path):
+def lint_with_line(tmp_path: Path, module: str, line: str) -> str:
+    """lint-imports' report on a copy of the package with `line` added to `module` (sql/tokens.py …)."""
     shutil.copytree(ROOT / "mt_magic", tmp_path / "mt_magic", ignore=shutil.ignore_patterns("__pycache__"))
-    tokens = tmp_path / "mt_magic" / "sql" / "tokens.py"
-    tokens.write_text(tokens.read_text() + "\nfrom mt_magic.manager import runs  # noqa\n")
+    path = tmp_path / "mt_magic" / module
+    path.write_text(path.read_text() + f"\n{line}  # noqa\n")
     out = lint(tmp_path)
     assert out.returncode != 0
-    assert "Layers: imports point down BROKEN" in out.stdout
-    assert "mt_magic.sql is not allowed to import mt_magic.manager" in out.stdout
+    return out.stdout
+
+
+def test_an_upward_import_breaks_the_layers(tmp_path):
+    report = lint_with_line(tmp_path, "sql/tokens.py", "from mt_magic.manager import runs")
+    assert "Layers: imports point down BROKEN" in report
+    assert "mt_magic.sql is not allowed to import mt_magic.manager" in report
 
 
 def test_pyspark_in_sql_breaks_its_contract(tmp_path):
-    shutil.copytree(ROOT / "mt_magic", tmp_path / "mt_magic", ignore=shutil.ignore_patterns("__pycache__"))
-    freshness = tmp_path / "mt_magic" / "sql" / "freshness.py"
-    freshness.write_text(freshness.read_text() + "\nimport pyspark  # noqa\n")
-    out = lint(tmp_path)
-    assert "sql/ is syntax only: no Spark, no catalog, no notebook BROKEN" in out.stdout
+    report = lint_with_line(tmp_path, "sql/freshness.py", "import pyspark")
+    assert "sql/ is syntax only: no Spark, no catalog, no notebook BROKEN" in report
+
+
+def test_a_second_reader_of_sql_text_breaks_the_one_lexer(tmp_path):
+    report = lint_with_line(tmp_path, "notebook/variables.py", "import sqlparse")
+    assert "One lexer: only sql/tokens reads SQL text with sqlparse BROKEN" in report
 
 
 def _table_rows() -> list[tuple[str, str]]:
