@@ -12,7 +12,7 @@ from mt_magic.manager.pipelines import Pipelines
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT
 from mt_magic.refresh.scheduler import next_fire
 from mt_magic.results import Result
-from mt_magic.spark.errors import SPARK_ERRORS, spark_message
+from mt_magic.spark.errors import SPARK_ERRORS, error_text
 from mt_magic.sql.freshness import CONTINUOUS, IntervalFreshness
 
 MAX_RUNS = 10_000
@@ -49,7 +49,7 @@ def backfill(pipelines: Pipelines, table: MaterializedTable, start: str, end: st
         try:
             result = pipelines.refresh(table, {}, schedule_time, Trigger.BACKFILL)
         except (MaterializedTableError, *SPARK_ERRORS) as error:
-            detail = str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
+            detail = error_text(error)
             raise ExecutionError(f"Backfill of {table.identifier} stopped at schedule time {schedule_time} "
                                  f"({done} of {len(times)} done): {detail}") from None
         [(_, _, count, target)] = result.rows

@@ -14,7 +14,7 @@ from mt_magic import config as cfg
 from mt_magic.catalog.model import ACTIVATED, SUSPENDED, MaterializedTable
 from mt_magic.errors import MaterializedTableError, TableNotFoundError
 from mt_magic.manager.workspace import Workspace
-from mt_magic.spark.errors import SPARK_ERRORS, spark_message
+from mt_magic.spark.errors import SPARK_ERRORS, error_text
 
 log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = 1.0        # before a pipeline's refresh is tried again: 1 s, 2 s, 4 s …
@@ -44,7 +44,7 @@ class FailureRule:
                 return attempt()
             except (MaterializedTableError, *SPARK_ERRORS) as error:
                 if isinstance(error, TableNotFoundError) or number == retries:
-                    self.failed(identifier, "failed refreshes", _message(error), on_suspend)
+                    self.failed(identifier, "failed refreshes", error_text(error), on_suspend)
                     raise
                 time.sleep(RETRY_BACKOFF_S * 2 ** number)
         raise AssertionError("unreachable")
@@ -74,6 +74,3 @@ class FailureRule:
         if table is not None and table.consecutive_failures:
             self.ws.store.update(identifier, cleared)
 
-
-def _message(error: BaseException) -> str:
-    return str(error) if isinstance(error, MaterializedTableError) else spark_message(error)

@@ -11,12 +11,12 @@ from dataclasses import replace
 from mt_magic import config as cfg
 from mt_magic.catalog.history import Trigger
 from mt_magic.catalog.model import ACTIVATED, MaterializedTable
-from mt_magic.errors import ExecutionError, MaterializedTableError
+from mt_magic.errors import ExecutionError
 from mt_magic.manager.pipelines import Pipelines
 from mt_magic.manager.workspace import Workspace
 from mt_magic.results import Result
 from mt_magic.spark.analysis import AnalyzedQuery
-from mt_magic.spark.errors import spark_message
+from mt_magic.spark.errors import error_text
 from mt_magic.sql.freshness import CONTINUOUS, ModeDecision
 
 
@@ -45,7 +45,7 @@ class Lifecycle:
         except BaseException as error:
             self.ws.storage.forget_deferred(table)
             self.pipelines.discard(table)
-            detail = str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
+            detail = error_text(error)
             raise ExecutionError(f"Failed to create materialized table {identifier} while {step}: "
                                  f"{detail}") from None
         return Result.ok(f"Created materialized table {identifier}, refresh mode {table.refresh_mode}, "

@@ -21,7 +21,7 @@ from mt_magic.refresh.full import run_refresh
 from mt_magic.storage.manifests import Manifests
 from mt_magic.spark.catalog import refresh_listings
 from mt_magic.spark.commands import alongside
-from mt_magic.spark.errors import spark_call, spark_message
+from mt_magic.spark.errors import error_text, spark_call
 from mt_magic.spark.session import session_info
 from mt_magic.storage.versions import Target
 from mt_magic.sql.freshness import IntervalFreshness
@@ -82,7 +82,7 @@ class Runs:
             try:
                 result = run_refresh(self.ws.spark, self.ws.storage, current, target, dynamic, listings)
             except BaseException as error:
-                message = str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
+                message = error_text(error)
                 outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.FAILED, None,
                                          target.describe(), schedule_time, message)
                 self.ws.store.update(identifier, lambda t: t.with_refresh(outcome))

@@ -33,8 +33,8 @@ class UpstreamWait:
         """The fire of table `name` at `schedule_time` may run now: nothing it reads is still due for
         that fire, or it waited as long as it may (then a refresh of it does not wait again)."""
         table = self.ws.store.get(".".join(self.ws.identifier(self.ws.name(name))))
-        if table is None or table.refresh_mode != FULL:
-            return True
+        if table is None or table.refresh_mode != FULL or not self._upstream(table):
+            return True         # nothing to wait for, and nothing kept for the refresh to take
         if self._pending(table, schedule_time) and time.monotonic() < self._deadline(table, schedule_time):
             return False
         with self._guard:
@@ -55,14 +55,16 @@ class UpstreamWait:
             return self._deadlines.setdefault((table.identifier, schedule_time),
                                               time.monotonic() + min(freshness_s(table), UPSTREAM_WAIT_S))
 
+    def _upstream(self, table: MaterializedTable) -> list[MaterializedTable]:
+        return [u for u in map(self.ws.store.get, table.source_tables) if u is not None]
+
     def _pending(self, table: MaterializedTable, schedule_time: str) -> list[str]:
         """The tables this one reads that refresh now, or fire at `schedule_time` and have not run it (a
         fire merged into a later one has not)."""
         zone = self.ws.zone()
         moment = datetime.strptime(schedule_time, SCHEDULE_TIME_FORMAT).replace(tzinfo=zone)
-        upstream = [u for u in map(self.ws.store.get, table.source_tables) if u is not None]
         runs = self.runs
-        return [u.identifier for u in upstream if u.identifier in runs.running or (
+        return [u.identifier for u in self._upstream(table) if u.identifier in runs.running or (
             u.refresh_mode == FULL and u.refresh_status == ACTIVATED and self._scheduled(u.identifier)
             and next_fire(IntervalFreshness.parse(u.freshness), zone, moment) == moment     # a fire time of its own
             and not any(e.get("schedule_time") == schedule_time and e["outcome"] != Outcome.COALESCED

@@ -11,7 +11,7 @@ from typing import TypeVar
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 
-from mt_magic.errors import SparkError
+from mt_magic.errors import MaterializedTableError, SparkError
 
 R = TypeVar("R")
 
@@ -50,6 +50,11 @@ def spark_message(error: BaseException | str) -> str:
     if _NO_PYTHON_WORKER.search(text):
         text += _python_worker_hint()
     return text or type(error).__name__
+
+
+def error_text(error: BaseException) -> str:
+    """What a user reads of an error: ours as written, Spark's first lines (`spark_message`)."""
+    return str(error) if isinstance(error, MaterializedTableError) else spark_message(error)
 
 
 # What Spark says when it cannot start a Python worker (a UDF's, a foreachBatch sink's).
