@@ -21,6 +21,8 @@ from mt_magic.spark.jobs import job_scope
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
 
+FAILED_TASKS_SETTLE_S = 2.0   # how long tasks of a failed write may still create its folder
+
 
 @dataclass(frozen=True)
 class RefreshResult:
@@ -91,7 +93,7 @@ def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable, tar
         except BaseException:
             # The refresh's own error is what counts; a version left here goes by the next sweep.
             with contextlib.suppress(Exception):
-                storage.discard_version(table, version)
+                storage.discard_version(table, version, settle_s=FAILED_TASKS_SETTLE_S)
             raise
         storage.written(version)
     return RefreshResult(published, rows(),

@@ -8,6 +8,8 @@ crash before the publish leaves the old version in place.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -322,11 +324,23 @@ class TableStorage:
         for note in (note for name in gone for note in writers.notes(name)):   # and what killed writers noted
             self.files.delete(note)
 
-    def discard_version(self, table: MaterializedTable, version: str) -> None:
-        """What a failed refresh wrote, deleted at once (unless Spark's entry reads it already)."""
-        if not _within(version, self._referenced(table)) and self.files.exists(version):
-            self.files.delete(version)
+    def discard_version(self, table: MaterializedTable, version: str, settle_s: float = 0.0) -> None:
+        """What a failed refresh wrote, deleted at once (unless Spark's entry reads it already).
+        A task of the failed job that Spark is still killing may write into it after the error
+        reached us: `settle_s` later, in the background, what reappeared is deleted again."""
+        if not _within(version, self._referenced(table)):
+            if self.files.exists(version):
+                self.files.delete(version)
+            if settle_s:
+                again = threading.Timer(settle_s, self._delete_quietly, (version,))
+                again.daemon = True
+                again.start()
         self.written(version)
+
+    def _delete_quietly(self, path: str) -> None:
+        with contextlib.suppress(Exception):     # a closed session: the next sweep removes it
+            if self.files.exists(path):
+                self.files.delete(path)
 
     def _referenced(self, table: MaterializedTable, read_spark: bool = True) -> set[str]:
         storage = table.storage
