@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from helpers import table_rows, wait_for
 from mt_magic import Gateway
 from mt_magic.catalog.store import CatalogStore
@@ -143,3 +145,35 @@ def test_a_write_killed_inside_the_store_leaves_no_temporary_file_for_long(spark
     gateway = Gateway(spark, catalog_store=store_path)
     gateway.close()
     assert not [n for n in os.listdir(folder) if n.endswith(".tmp")]
+
+
+@pytest.mark.processes      # the killed process is a classic session whatever the suite's kind
+@pytest.mark.parametrize("point", ["state-written", "state-moved", "published", "manifest"])
+def test_sigkill_in_an_incremental_refresh_leaves_state_and_data_that_agree(spark, db, tmp_path, store_path,
+                                                                            point):
+    source = str(tmp_path / "src")
+    spark.sql(f"CREATE TABLE src (k INT, amount DOUBLE) USING parquet LOCATION '{source}'")
+    spark.sql("INSERT INTO src VALUES (1, 1.0), (2, 2.0), (NULL, 3.0)")
+    query = "SELECT k, COUNT(*) AS n, SUM(amount) AS total, MIN(amount) AS lo FROM src GROUP BY k"
+    gateway = Gateway(spark, catalog_store=store_path)
+    gateway.execute(f"CREATE MATERIALIZED TABLE mt FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    gateway.close()
+    spark.sql("INSERT INTO src VALUES (1, 0.5), (3, 4.0)")
+    before = table_rows(spark, "mt")
+
+    run_until_killed(tmp_path, "kill_incremental.py", store_path, f"file:{source}", str(tmp_path / "wh2"), db, point)
+    spark.sql(f"REFRESH TABLE {db}.mt")
+    assert table_rows(spark, "mt") in (before, _query_rows(spark, query))   # the old or the new version
+    restarted = Gateway(spark, catalog_store=store_path)
+    try:
+        for rows in ("(2, 1.0), (4, 1.5)", "(1, -1.0)"):        # the next refreshes build on what was left
+            spark.sql(f"INSERT INTO src VALUES {rows}")
+            restarted.execute("ALTER MATERIALIZED TABLE mt REFRESH")
+            assert table_rows(spark, "mt") == _query_rows(spark, query)
+        assert restarted.history("mt", limit=1)[0]["technique"] == "incremental"
+    finally:
+        restarted.close()
+
+
+def _query_rows(spark, query: str) -> set[tuple]:
+    return {tuple(r) for r in spark.sql(query).collect()}

@@ -42,7 +42,7 @@ def test_refreshes_say_what_each_source_did_and_keep_its_files_beside_the_data(s
     source = f"spark_catalog.{spark.catalog.currentDatabase()}.sales"
     [manifest] = _manifests(gw, "totals")
     with open(os.path.join(_root(gw, "totals"), "_manifests", manifest), encoding="utf-8") as handle:
-        files = json.load(handle)[source]
+        files = json.load(handle)["sources"][source]
     assert files and all("/sales/" in path for path in files)
     with open(store_path, encoding="utf-8") as handle:       # the catalog document keeps digests only
         assert next(iter(files)) not in handle.read()
@@ -50,7 +50,7 @@ def test_refreshes_say_what_each_source_did_and_keep_its_files_beside_the_data(s
     spark.sql("INSERT INTO sales VALUES ('2024-01-03', 1, 3.0)")
     gw.execute("ALTER MATERIALIZED TABLE totals REFRESH")
     last = gw.history("totals", limit=1)[0]
-    assert last["technique"] == "full" and last["sources"][source].startswith("appended 1 file (")
+    assert last["technique"] == "incremental" and last["sources"][source].startswith("appended 1 file (")
     assert len(_manifests(gw, "totals")) == 1 and _manifests(gw, "totals") != [manifest]
 
     spark.sql("INSERT OVERWRITE sales VALUES ('2024-01-04', 1, 4.0)")
@@ -63,6 +63,7 @@ def test_refreshes_say_what_each_source_did_and_keep_its_files_beside_the_data(s
     row = spark.sql("SELECT technique, sources FROM mt_refresh_history('totals') WHERE outcome = 'SUCCEEDED' "
                     "ORDER BY finished DESC LIMIT 1").first()
     assert row["technique"] == "full" and json.loads(row["sources"]) == {source: "rewritten"}
+    assert gw.history("totals", limit=2)[1]["reason"] == f"{source} was rewritten"
 
 
 def test_a_table_over_a_recomputed_table_sees_it_rewritten(spark, gw, sales):

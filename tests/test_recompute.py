@@ -174,7 +174,12 @@ def test_only_changed_partitions_are_recomputed(spark, gw, db):
     gw.execute(f"CREATE MATERIALIZED TABLE by_day PARTITIONED BY (ds) FRESHNESS = INTERVAL '1' HOUR "
                f"REFRESH_MODE = FULL AS {query}")
     assert gw.describe("by_day")["change_detection"] == "snapshots of the sources' files, by partition ds"
-    spark.sql("INSERT INTO sales VALUES (1, 5.0, 'b'), (2, 1.0, 'd')")
+    spark.sql("INSERT INTO sales VALUES (1, 4.0, 'a')")                 # an append is maintained
+    _scheduled(gw, "by_day")
+    assert gw.history("by_day", limit=1)[0]["technique"] == "incremental"
+    assert matches(spark, "by_day", f"SELECT label, total, ds FROM ({query})")
+    spark.sql("INSERT OVERWRITE sales PARTITION (ds = 'b') VALUES (1, 5.0), (2, 2.0)")   # a rewrite of one day
+    spark.sql("INSERT INTO sales VALUES (2, 1.0, 'd')")
     _scheduled(gw, "by_day")
     assert gw.history("by_day", limit=1)[0]["partitions"] == {"ds": "b, d"}
     assert matches(spark, "by_day", f"SELECT label, total, ds FROM ({query})")

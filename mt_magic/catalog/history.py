@@ -41,6 +41,7 @@ class Technique(StrEnum):
     """How a refresh brought the table up to date."""
 
     SKIP = "skip"                   # no source changed
+    INCREMENTAL = "incremental"     # maintained from what the sources appended
     PARTITIONS = "partitions"       # the changed partitions, recomputed
     FULL = "full"                   # the whole query, recomputed
     STREAM = "stream"               # a streaming job's micro-batch

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import time
+from concurrent.futures import Future
 from datetime import datetime, timedelta
 
 from mt_magic import config as cfg
@@ -16,9 +17,11 @@ from mt_magic.catalog.model import MaterializedTable, Outcome, RefreshOutcome, n
 from mt_magic.errors import ExecutionError, MaterializedTableError, TableNotFoundError, ValidationError
 from mt_magic.manager.failures import cleared
 from mt_magic.manager.workspace import Workspace
-from mt_magic.refresh.changes import Change, Snapshots, compare, deltas, volatile
+from mt_magic.incremental.rules import Recompute
+from mt_magic.refresh.changes import Change, SourceDelta, Snapshots, compare, deltas, volatile
 from mt_magic.refresh.full import run_refresh
-from mt_magic.storage.manifests import Manifests
+from mt_magic.refresh.incremental import Choice, Maintained, Maintainer
+from mt_magic.storage.manifests import Manifest, Manifests
 from mt_magic.spark.catalog import refresh_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import error_text, spark_call
@@ -36,6 +39,7 @@ class Runs:
         self.ws = ws
         self.snapshots = Snapshots(ws.spark, ws.storage.files, ws.store, ws.analyzer)
         self.manifests = Manifests(ws.storage.files)
+        self.maintainer = Maintainer(ws.spark, ws.storage, self.snapshots)
         self.history = RefreshHistory(ws.store.path, int(ws.options.get(cfg.HISTORY_RETENTION)))
         self.running: set[str] = set()
         self.matched: dict[str, float] = {}    # table → epoch seconds a skip last found its sources unchanged
@@ -70,52 +74,83 @@ class Runs:
                 if trigger is not Trigger.CHANGE:     # a CONTINUOUS table's idle triggers are not news
                     self.record(current, trigger, outcome, Technique.SKIP)
                 return current, outcome
-            sources = {}
+            root = current.storage.root
+            manifest = self.manifests.read(root, current.source_snapshot)
+            changes = deltas(manifest.listings if manifest else None, files, self.snapshots.relatives(current))
+            sources = {name: delta.describe() for name, delta in changes.items()} \
+                if comparison.change is not Change.NONE else {}
+            whole = not spec and trigger is not Trigger.BACKFILL
+            choice = self.maintainer.choose(current, changes, manifest, rebuild=comparison.change is Change.NONE
+                                            and not only_changed) if whole else None
             if comparison.change is not Change.NONE:
-                self.snapshots.forget(current)
-                sources = {name: delta.describe() for name, delta in deltas(
-                    self.manifests.read(current.storage.root, current.source_snapshot), files).items()}
-            if only_changed and not spec and comparison.change is Change.PARTITIONS:
-                target = Target(key=comparison.key, values=comparison.values)
-            technique = Technique.FULL if target.whole else Technique.PARTITIONS
+                self.snapshots.forget(current)      # a changed source may have moved: asked again next time
+            if choice is None or not choice.incremental:
+                if only_changed and not spec and comparison.change is Change.PARTITIONS:
+                    target = Target(key=comparison.key, values=comparison.values)
+            technique = Technique.INCREMENTAL if choice and choice.incremental else \
+                Technique.FULL if target.whole else Technique.PARTITIONS
+            reason = choice.reason if choice and technique is not Technique.INCREMENTAL else None
             self.running.add(identifier)
             try:
-                result = run_refresh(self.ws.spark, self.ws.storage, current, target, dynamic, listings)
+                maintained = self._run(current, target, choice, changes, manifest, dynamic, listings)
             except BaseException as error:
                 message = error_text(error)
                 outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.FAILED, None,
                                          target.describe(), schedule_time, message)
                 self.ws.store.update(identifier, lambda t: t.with_refresh(outcome))
-                self.record(current, trigger, outcome, technique, sources)
+                self.record(current, trigger, outcome, technique, sources, reason)
                 if isinstance(error, MaterializedTableError):
                     raise ExecutionError(f"Refreshing the materialized table {identifier} failed: "
                                          f"{message}") from None
                 raise
             finally:
                 self.running.discard(identifier)
+            result = maintained.result
             outcome = RefreshOutcome(started_at, result.duration_s, Outcome.SUCCEEDED, result.rows,
                                      target.describe(), schedule_time)
-            # The table matches the sources after a refresh of all it could have changed in.
-            matched = snapshot if target.whole or target.key or comparison.change is Change.NONE else {}
-            root = current.storage.root
+            # The table matches the sources after a refresh of all it could have changed in, when
+            # what it read is what the snapshot listed.
+            matched = snapshot if (target.whole or target.key or comparison.change is Change.NONE) and \
+                self._read_as_listed(current, choice, snapshot) else {}
             if matched:         # the files behind the snapshot, beside the data, before the record names it
-                self.manifests.write(root, matched, files)
+                self.manifests.write(root, matched, maintained.manifest(files))
             updated = self.ws.store.update(identifier, lambda t: cleared(t.with_refresh(
                 outcome, storage=result.storage, source_snapshot=matched, published_at=now_iso())))
             self.manifests.keep_only(root, matched)
-            self.record(current, trigger, outcome, technique, sources)
+            self.record(current, trigger, outcome, technique, sources, reason)
             if self.owner:       # leftovers are the owner's to sweep, never a client's
                 self.ws.storage.sweep(updated, self.ws.retention_s(), just_published=True)
             return updated, outcome
 
+    def _run(self, table: MaterializedTable, target: Target, choice: Choice | None,
+             changes: dict[str, SourceDelta], manifest: Manifest | None, dynamic: dict[str, str],
+             listings: Future | None) -> Maintained:
+        """The refresh itself, by the technique chosen."""
+        if choice is not None and choice.incremental:
+            if listings is not None:
+                listings.result()
+            return self.maintainer.maintain(table, choice.rule, changes, choice.readings, manifest)
+        if choice is not None and choice.keeps_state and target.whole:
+            if listings is not None:
+                listings.result()
+            return self.maintainer.recompute(table, choice.rule, changes, choice.readings)
+        return Maintained(run_refresh(self.ws.spark, self.ws.storage, table, target, dynamic, listings))
+
+    def _read_as_listed(self, table: MaterializedTable, choice: Choice | None, snapshot: dict) -> bool:
+        """A refresh that read the sources' tables (not their listed files) read what the snapshot
+        lists only if nothing changed while it ran: for a table maintained incrementally, asked again."""
+        if choice is None or choice.incremental or choice.keeps_state or isinstance(choice.rule, Recompute):
+            return True
+        return self.snapshots.take(table)[0] == snapshot
+
     def record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome, technique: Technique,
-               sources: dict[str, str] | None = None) -> None:
+               sources: dict[str, str] | None = None, reason: str | None = None) -> None:
         identifier = table.identifier
         finished = now_iso()
         self.history.record(RefreshEntry(
             identifier, trigger, outcome.schedule_time, outcome.started_at, finished, outcome.outcome,
             outcome.rows, self.runner(), outcome.partition, outcome.error,
-            self._lag(identifier, outcome, finished), freshness_s(table), technique=technique,
+            self._lag(identifier, outcome, finished), freshness_s(table), reason=reason, technique=technique,
             sources=sources or {}))
         log.info("Refresh of %s (%s%s): %s, %s rows in %.2f s%s", identifier, trigger,
                  f" {outcome.schedule_time}" if outcome.schedule_time else "", outcome.outcome,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -27,6 +28,7 @@ from mt_magic.errors import MaterializedTableError
 from mt_magic.spark.analysis import QueryAnalyzer
 from mt_magic.spark.catalog import TableFacts, table_facts, tables_facts
 from mt_magic.spark.files import Files, Listing
+from mt_magic.storage.versions import version_relative
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.sql.volatile import volatile_calls
 
@@ -107,8 +109,10 @@ class SourceDelta:
 
     change: SourceChange
     added: tuple[str, ...] = ()     # the appended files
+    kept: tuple[str, ...] = ()      # the files the published data read, where they are now
     added_bytes: int = 0
     total_bytes: int = 0            # the source's files now
+    files: tuple[str, ...] = ()     # the source's files now
 
     def describe(self) -> str:
         if self.change is SourceChange.APPENDED:
@@ -116,25 +120,39 @@ class SourceDelta:
         return self.change.value
 
 
-def classify(before: Listing | None, now: Listing | None) -> SourceDelta:
+Relative = Callable[[str], str]
+
+
+def classify(before: Listing | None, now: Listing | None, relative: Relative | None = None) -> SourceDelta:
+    """`relative`: a materialized table's files are named from its version folder on, and only their
+    sizes count (an incremental publish carries them, linked, into a new folder)."""
     if before is None or now is None:
-        return SourceDelta(SourceChange.UNKNOWN, total_bytes=_bytes(now))
+        return SourceDelta(SourceChange.UNKNOWN, total_bytes=_bytes(now), files=tuple(sorted(now or ())))
+    files = tuple(sorted(now))
+    where = {path: path for path in now}
+    if relative is not None:
+        before = {relative(p): (size, 0) for p, (size, _) in before.items()}
+        where = {relative(p): p for p in now}
+        now = {relative(p): (size, 0) for p, (size, _) in now.items()}
     if any(now.get(path) != facts for path, facts in before.items()):
-        return SourceDelta(SourceChange.REWRITTEN, total_bytes=_bytes(now))
-    added = tuple(sorted(set(now) - set(before)))
+        return SourceDelta(SourceChange.REWRITTEN, total_bytes=_bytes(now), files=files)
+    kept = tuple(sorted(where[p] for p in before))
+    added = sorted(set(now) - set(before))
     if not added:
-        return SourceDelta(SourceChange.UNCHANGED, total_bytes=_bytes(now))
-    return SourceDelta(SourceChange.APPENDED, added, sum(now[p][0] for p in added), _bytes(now))
+        return SourceDelta(SourceChange.UNCHANGED, kept=kept, total_bytes=_bytes(now), files=files)
+    return SourceDelta(SourceChange.APPENDED, tuple(where[p] for p in added), kept,
+                       sum(now[p][0] for p in added), _bytes(now), files)
 
 
 def _bytes(listing: Listing | None) -> int:
     return sum(size for size, _ in (listing or {}).values())
 
 
-def deltas(before: dict[str, Listing | None] | None,
-           now: dict[str, Listing | None]) -> dict[str, SourceDelta]:
+def deltas(before: dict[str, Listing | None] | None, now: dict[str, Listing | None],
+           relatives: dict[str, Relative] | None = None) -> dict[str, SourceDelta]:
     """Each source's change from the manifest to the listings taken now."""
-    return {source: classify(None if before is None else before.get(source), listing)
+    return {source: classify(None if before is None else before.get(source), listing,
+                             (relatives or {}).get(source))
             for source, listing in now.items()}
 
 
@@ -160,7 +178,7 @@ class Snapshots:
         self.files = files
         self.store = store
         self.analyzer = analyzer
-        self._folders: dict[str, tuple[float, str | None]] = {}
+        self._folders: dict[str, tuple[float, TableFacts | None]] = {}
         self._lineage: dict[str, _Lineage] = {}
 
     def take(self, table: MaterializedTable) -> tuple[Snapshot, dict[str, Listing | None]]:
@@ -210,6 +228,19 @@ class Snapshots:
         return self.store.get(source) is None and \
             time.monotonic() - self._folders.get(source, (0.0, None))[0] > FACTS_TTL_S
 
+    def facts(self, source: str) -> TableFacts | None:
+        """What the last snapshot learnt of a plain source (its data source, partition columns)."""
+        return self._folders.get(source, (0.0, None))[1]
+
+    def relatives(self, table: MaterializedTable) -> dict[str, Relative]:
+        """How the files of each materialized source are named across its versions."""
+        found = {}
+        for source in table.source_tables:
+            upstream = self.store.get(source)
+            if upstream is not None:
+                found[source] = version_relative(upstream.storage.root)
+        return found
+
     def forget(self, table: MaterializedTable) -> None:
         """A source changed: its folder is looked up again next time (it may have moved)."""
         for source in table.source_tables:
@@ -236,9 +267,9 @@ class Snapshots:
         if upstream is not None:       # a materialized table: its published versions
             storage = upstream.storage
             return [storage.location] + [p.location for p in storage.partitions]
-        stamp, folder = self._folders.get(source, (0.0, None))
+        stamp, facts = self._folders.get(source, (0.0, None))
         if time.monotonic() - stamp > FACTS_TTL_S:
             facts = asked or table_facts(self.spark, _quoted(source))
-            folder = None if facts.kind == "VIEW" else facts.location
-            self._folders[source] = (time.monotonic(), folder)
+            self._folders[source] = (time.monotonic(), facts)
+        folder = None if facts is None or facts.kind == "VIEW" else facts.location
         return [folder] if folder else None

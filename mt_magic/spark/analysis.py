@@ -63,6 +63,25 @@ def physical_plan(frame: Any) -> str:
                       else frame._jdf.queryExecution().executedPlan().toString(), "Spark")
 
 
+_OPERATOR = re.compile(r"^[\s:|+-]*([A-Z][A-Za-z]*)(?: ([A-Z][A-Za-z]*))?", re.M)
+
+
+def analysed_operators(frame: Any) -> set[str]:
+    """The operators of a DataFrame's analysed plan ('Aggregate', 'Join Inner', ...): what Spark
+    made of a query, whatever its text says."""
+    if is_connect(frame.sparkSession):
+        text = spark_call(lambda: frame._explain_string(extended=True), "The query is not valid")
+        text = text.split(_ANALYZED, 1)[-1].split("== Optimized Logical Plan ==", 1)[0]
+    else:
+        text = spark_call(lambda: frame._jdf.queryExecution().analyzed().treeString(), "The query is not valid")
+    found = set()
+    for match in _OPERATOR.finditer(text):
+        found.add(match.group(1))
+        if match.group(1) == "Join" and match.group(2):
+            found.add(f"Join {match.group(2)}")
+    return found
+
+
 class QueryAnalyzer:
     def __init__(self, spark: Any) -> None:
         self.spark = spark

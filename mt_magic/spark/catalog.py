@@ -70,6 +70,7 @@ class TableFacts:
     location: str | None
     partition_columns: tuple[str, ...]
     reads_as: tuple = ()            # what readers read by: columns and types, provider, options
+    provider: str | None = None     # the data source (parquet, orc, hive, ...)
 
 
 def _reads_as(rows: list[tuple], details: dict[str, str]) -> tuple:
@@ -95,7 +96,7 @@ def table_facts(spark: Any, quoted: str) -> TableFacts:
                 break
             partition_columns.append(row[0])
     return TableFacts(details.get("Type", ""), details.get("Location"), tuple(partition_columns),
-                      _reads_as(rows, details))
+                      _reads_as(rows, details), details.get("Provider"))
 
 
 _PLAIN_NAME = re.compile(r"[a-z0-9_]+")      # a name SHOW TABLES' pattern matches as itself
@@ -125,7 +126,8 @@ def tables_facts(spark: Any, identifiers: Sequence[str]) -> dict[str, TableFacts
 def _facts_of_information(information: str) -> TableFacts:
     details = dict(line.split(": ", 1) for line in information.splitlines() if ": " in line)
     columns = re.findall(r"`((?:[^`]|``)*)`", details.get("Partition Columns", ""))
-    return TableFacts(details.get("Type", ""), details.get("Location"), tuple(c.replace("``", "`") for c in columns))
+    return TableFacts(details.get("Type", ""), details.get("Location"), tuple(c.replace("``", "`") for c in columns),
+                      provider=details.get("Provider"))
 
 
 def refresh_listings(spark: Any, identifiers: tuple[str, ...]) -> None:

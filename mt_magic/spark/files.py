@@ -142,6 +142,9 @@ class HadoopFiles(Files):
         return entries
 
     def link_tree(self, source: str, target: str) -> None:
+        if _is_local(source) and _is_local(target):
+            LocalFiles().link_tree(source, target)
+            return
         fs, jsource = self._fs(source)     # Hadoop's FileSystem has no hard links: a copy
         target_fs, jtarget = self._fs(target)
         self._file_util.copy(fs, jsource, target_fs, jtarget, False, self._conf)

@@ -3,14 +3,17 @@ server (its schema, whether it streams) is one, and a refresh should cost what i
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
 from mt_magic.spark.session import is_connect
+from mt_magic.sql.statements import quote_identifier
 
 
 def query_frame(spark: Any, query: str) -> Any:
@@ -37,3 +40,51 @@ def counting_rows(frame: Any) -> tuple[Any, Callable[[], int]]:
         observation._result = {}          # what Connect's `observe` sets before the action fills it
         observed = DataFrame(plan.CollectMetrics(frame._plan, observation, [count]), frame.sparkSession)
     return observed, lambda: int(observation.get.get("rows", 0))
+
+
+def files_frame(spark: Any, fmt: str, schema: Any, options: dict[str, str], files: Sequence[str],
+                partition_columns: Sequence[str]) -> Any:
+    """The rows of exactly these files of a table, with its schema (partition values from the
+    `column=value` folders). Files of several version folders are read per folder and unioned."""
+    if not files:
+        return spark.createDataFrame([], schema)
+    groups: dict[str | None, list[str]] = {}
+    for path in files:
+        groups.setdefault(_base(path, partition_columns), []).append(path)
+    frames = []
+    for base, paths in groups.items():
+        reader = spark.read.format(fmt).schema(schema).options(**options)
+        if base is not None:
+            reader = reader.option("basePath", base)
+        frames.append(reader.load(paths))
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other)
+    return frame.select(*[F.col(quote_identifier(name)) for name in schema.fieldNames()])
+
+
+def _base(path: str, partition_columns: Sequence[str]) -> str | None:
+    """The folder a partitioned table's file lies under, above its first `column=value` folder."""
+    if not partition_columns:
+        return None
+    found = re.search(rf"/{re.escape(partition_columns[0])}=[^/]*/", path, re.IGNORECASE)
+    return path[:found.start()] if found else None
+
+
+@contextmanager
+def query_over(spark: Any, query: str, relations: dict[str, Any]) -> Iterator[Any]:
+    """A query that reads DataFrames by name: over Connect they travel with the query (nothing is
+    registered); a classic session registers temporary views for the query's life."""
+    if is_connect(spark):
+        from pyspark.sql.connect.dataframe import DataFrame
+        from pyspark.sql.connect.plan import SQL, SubqueryAlias
+        yield DataFrame(SQL(query, None, None, [SubqueryAlias(f._plan, name) for name, f in relations.items()]),
+                        spark)
+        return
+    for name, frame in relations.items():
+        frame.createOrReplaceTempView(name)
+    try:
+        yield spark.sql(query)
+    finally:
+        for name in relations:
+            spark.catalog.dropTempView(name)

@@ -1,6 +1,9 @@
 """The manifest of the files each source had when the published data was computed (path, size,
 modification time), from which a refresh tells what each source did since (`refresh/changes`).
 
+A table maintained from a hidden state (an aggregate's partials per group) names that state's folder
+and schema in the same manifest, so data, state and files read are published together.
+
 A manifest lies beside the table's data, under `<root>/_manifests/` (a name Spark's readers skip),
 named by the digests of the snapshot the catalog record keeps: the record says which manifest is
 the published one, and the catalog document stays small however many files the sources hold. Only
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 from mt_magic.spark.files import Files, Listing
 
@@ -23,19 +27,27 @@ def manifest_name(snapshot: dict[str, dict]) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:20] + ".json"
 
 
+@dataclass(frozen=True)
+class Manifest:
+    listings: dict[str, Listing | None]     # per source, the files the published data read
+    state: str | None = None                # the hidden state's folder
+    state_schema: str | None = None         # its schema (JSON), read without asking the files
+
+
 class Manifests:
     def __init__(self, files: Files) -> None:
         self.files = files
 
-    def write(self, root: str, snapshot: dict[str, dict], listings: dict[str, Listing | None]) -> None:
+    def write(self, root: str, snapshot: dict[str, dict], manifest: Manifest) -> None:
         """The listings the snapshot was taken from, before the record names the snapshot."""
         folder = f"{root.rstrip('/')}/{MANIFESTS_DIR}"
         self.files.mkdirs(folder)
-        document = {source: None if listing is None else {p: list(f) for p, f in sorted(listing.items())}
-                    for source, listing in listings.items()}
+        sources = {source: None if listing is None else {p: list(f) for p, f in sorted(listing.items())}
+                   for source, listing in manifest.listings.items()}
+        document = {"sources": sources, "state": manifest.state, "state_schema": manifest.state_schema}
         self.files.write_text(f"{folder}/{manifest_name(snapshot)}", json.dumps(document, separators=(",", ":")))
 
-    def read(self, root: str, snapshot: dict[str, dict]) -> dict[str, Listing | None] | None:
+    def read(self, root: str, snapshot: dict[str, dict]) -> Manifest | None:
         """The listings behind the snapshot the record names; None when there are none to read (a
         table published before manifests, or a manifest lost): its sources are UNKNOWN."""
         if not snapshot:
@@ -47,8 +59,11 @@ class Manifests:
             document = json.loads(text)
         except ValueError:
             return None
-        return {source: None if files is None else {p: (int(f[0]), int(f[1])) for p, f in files.items()}
-                for source, files in document.items()}
+        if "sources" not in document:         # written before states were kept: the listings alone
+            document = {"sources": document}
+        return Manifest({source: None if files is None else {p: (int(f[0]), int(f[1])) for p, f in files.items()}
+                         for source, files in document["sources"].items()},
+                        document.get("state"), document.get("state_schema"))
 
     def keep_only(self, root: str, snapshot: dict[str, dict]) -> None:
         """Every manifest but the snapshot's, deleted (the record no longer names them)."""

@@ -12,7 +12,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -65,6 +65,20 @@ def version_folder(root: str) -> str:
     """A new version's folder under `root`: named by time, so versions list in the order written."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
     return f"{root.rstrip('/')}/{VERSION_PREFIX}{stamp}-{uuid.uuid4().hex[:8]}"
+
+
+def version_relative(root: str) -> Callable[[str], str]:
+    """A file of a table's versions named from its version folder on: the same file, carried (linked)
+    into a later version, keeps its name."""
+    prefix = _same_path(root) + "/"
+
+    def relative(path: str) -> str:
+        same = _same_path(path)
+        if not same.startswith(prefix):
+            return path
+        _, _, inside = same[len(prefix):].partition("/")
+        return inside or same[len(prefix):]
+    return relative
 
 
 def data_source_options(options: dict[str, str]) -> dict[str, str]:
@@ -215,6 +229,29 @@ class TableStorage:
             self.files.touch(note_of(version))
         return version
 
+    def extended(self, table: MaterializedTable, added: str) -> str:
+        """A new version holding the published data's files (linked, or copied where links are not
+        possible) and the data files written to `added`, moved in at the same places."""
+        version = self.new_version(table)
+        storage = table.storage
+        if table.partition_keys and storage.catalog_partitions:
+            self.files.mkdirs(version)
+            inside = version_relative(storage.root)
+            for partition in storage.partitions:
+                target = f"{version}/{inside(partition.location)}"
+                self.files.mkdirs(target.rsplit("/", 1)[0])
+                self.files.link_tree(partition.location, target)
+        elif self.files.exists(storage.location):
+            self.files.link_tree(storage.location, version)
+        else:
+            self.files.mkdirs(version)
+        prefix = _same_path(added) + "/"
+        for path in self.files.listing(added):
+            target = f"{version}/{_same_path(path)[len(prefix):]}"
+            self.files.mkdirs(target.rsplit("/", 1)[0])
+            self.files.rename(path, target)
+        return version
+
     def written(self, version: str) -> None:
         """The write of `version` is over (published, or failed and discarded)."""
         self.files.delete(note_of(version))
@@ -325,17 +362,23 @@ class TableStorage:
             self.files.delete(note)
 
     def discard_version(self, table: MaterializedTable, version: str, settle_s: float = 0.0) -> None:
-        """What a failed refresh wrote, deleted at once (unless Spark's entry reads it already).
-        A task of the failed job that Spark is still killing may write into it after the error
-        reached us: `settle_s` later, in the background, what reappeared is deleted again."""
+        """What a failed refresh wrote, deleted at once (unless Spark's entry reads it already)."""
         if not _within(version, self._referenced(table)):
-            if self.files.exists(version):
-                self.files.delete(version)
-            if settle_s:
-                again = threading.Timer(settle_s, self._delete_quietly, (version,))
-                again.daemon = True
-                again.start()
-        self.written(version)
+            self.remove(version, settle_s)
+        else:
+            self.written(version)
+
+    def remove(self, folder: str, settle_s: float = 0.0) -> None:
+        """A folder no reader reads (a staging folder, a failed write), deleted with its note. A task
+        of a failed job that Spark is still killing may write into it after the error reached us:
+        `settle_s` later, in the background, what reappeared is deleted again."""
+        if self.files.exists(folder):
+            self.files.delete(folder)
+        if settle_s:
+            again = threading.Timer(settle_s, self._delete_quietly, (folder,))
+            again.daemon = True
+            again.start()
+        self.written(folder)
 
     def _delete_quietly(self, path: str) -> None:
         with contextlib.suppress(Exception):     # a closed session: the next sweep removes it

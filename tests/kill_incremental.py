@@ -1,0 +1,50 @@
+"""Run by test_kill: a new owner of the store refreshes an aggregate incrementally and SIGKILLs itself at
+one point of it (argv[5]): after its state is written, after the state joined the new version, after
+the version was published, or after the manifest naming the new state was written."""
+
+import os
+import signal
+import sys
+
+from mt_magic import Gateway
+from mt_magic.session import local_session
+from mt_magic.spark.files import files_for
+from mt_magic.storage.manifests import Manifests
+from mt_magic.storage.versions import TableStorage
+
+store, source, warehouse, database, point = sys.argv[1:6]
+spark = local_session("mt_magic-kill-incremental", warehouse=warehouse)
+spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
+spark.sql(f"CREATE TABLE {database}.src (k INT, amount DOUBLE) USING parquet LOCATION '{source}'")
+gateway = Gateway(spark, catalog_store=store)
+
+
+def die() -> None:
+    print("killed", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def after(cls, name: str, when=lambda *args: True) -> None:
+    """SIGKILL right after `cls.name` returns, when `when(*args)` holds."""
+    original = getattr(cls, name)
+
+    def wrapped(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        if when(*args):
+            die()
+        return result
+    setattr(cls, name, wrapped)
+
+
+versions = []
+if point == "state-written":         # the merged state written; the data's version not yet begun
+    after(TableStorage, "new_version", lambda *args: versions.append(1) or len(versions) == 2)
+elif point == "state-moved":         # the state moved into the new version, not yet published
+    after(type(files_for(spark)), "rename", lambda source_path, target: target.endswith("/_state"))
+elif point == "published":           # readers see the new version; the record still names the old
+    after(TableStorage, "publish")
+elif point == "manifest":            # the manifest of the new state written; the record not yet
+    after(Manifests, "write")
+print("refreshing", flush=True)
+gateway.execute(f"ALTER MATERIALIZED TABLE {database}.mt REFRESH")
+print("finished", flush=True)
