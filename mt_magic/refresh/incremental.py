@@ -5,9 +5,10 @@ Every relation a rule's SQL reads is exactly a set of files the snapshot listed 
 its new ones, or only the appended ones), read alone with the source's schema: what the result is
 computed from is what the manifest beside it says, whatever is written meanwhile. A linear rule's
 change is written and published as a new version that links the old files and adds the new ones
-(tables reading this one see an append). An aggregate's state (partials per group) is merged with
-the change's, written beside the new version's data (`_state`, a folder readers skip), and the data
-is the state's final projection: data and state are published together, or neither is.
+(tables reading this one see an append). An aggregate's state (partials per group) or a top-N's (the
+ranked rows within N) is merged with the change's, written beside the new version's data (`_state`, a
+folder readers skip), and the data is the state's final projection: data and state are published
+together, or neither is.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pyspark.sql import types as T
 from mt_magic.catalog.model import MaterializedTable, Storage
 from mt_magic.errors import MaterializedTableError
 from mt_magic.incremental.relations import Version
-from mt_magic.incremental.rules import Aggregate, Linear, Recompute, Rule, maintenance
+from mt_magic.incremental.rules import Aggregate, Linear, Recompute, Rule, TopN, maintenance
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots, volatile
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shape
 from mt_magic.spark.analysis import analysed_operators
@@ -83,7 +84,7 @@ class Choice:
     @property
     def keeps_state(self) -> bool:
         """A full refresh that computes the state too (from exactly the files listed)."""
-        return not self.incremental and isinstance(self.rule, Aggregate) and bool(self.readings)
+        return not self.incremental and isinstance(self.rule, (Aggregate, TopN)) and bool(self.readings)
 
 
 class Maintainer:
@@ -109,7 +110,7 @@ class Maintainer:
         self._rules[table.identifier] = (table.definition_query, rule)
         return rule
 
-    def _judged(self, table: MaterializedTable, rule: Linear | Aggregate) -> Rule:
+    def _judged(self, table: MaterializedTable, rule: Linear | Aggregate | TopN) -> Rule:
         """Spark's reading of what the rule wrote: a rule is trusted only where Spark agrees."""
         def real(i: int, _version: Version) -> str:
             return ".".join(quote_identifier(p) for p in rule.sources[i].split(".", 2))
@@ -119,7 +120,8 @@ class Maintainer:
                 return Recompute(f"Spark plans it with {sorted(found)[0]}") if found else rule
             state = query_frame(self.spark, rule.state(real))
             schema = spark_call(lambda: state.schema, "Analysing the state")
-            if any(isinstance(schema.fields[len(rule.keys) + j].dataType, T.DecimalType) for j in rule.averaged):
+            if isinstance(rule, Aggregate) and any(
+                    isinstance(schema.fields[len(rule.keys) + j].dataType, T.DecimalType) for j in rule.averaged):
                 return Recompute("AVG of a DECIMAL (its rounding is recomputed, not merged)")
             probe = f"mt_state_{uuid.uuid4().hex[:10]}"      # the state's schema, with no plan of its own
             with query_over(self.spark, rule.output(probe, table.query_columns),
@@ -176,13 +178,13 @@ class Maintainer:
                 return Choice(rule, False, f"{source} was rewritten", readings)
             if change.change is SourceChange.UNKNOWN:
                 return Choice(rule, False, f"no manifest of the files {source} had", readings)
-        if isinstance(rule, Aggregate) and (manifest is None or manifest.state is None or
+        if isinstance(rule, (Aggregate, TopN)) and (manifest is None or manifest.state is None or
                                             not self.storage.files.exists(manifest.state)):
             return Choice(rule, False, "no state kept yet", readings)
         return Choice(rule, True, None, readings)
 
     # ------------------------------------------------------------------- runs
-    def maintain(self, table: MaterializedTable, rule: Linear | Aggregate, changes: dict[str, SourceDelta],
+    def maintain(self, table: MaterializedTable, rule: Linear | Aggregate | TopN, changes: dict[str, SourceDelta],
                  readings: dict[str, Reading], manifest: Manifest | None) -> Maintained:
         """The refresh from the change: `changes` has every source unchanged or appended, and for an
         aggregate `manifest` names the state the published data was computed with."""
@@ -196,15 +198,15 @@ class Maintainer:
                 return self._append(table, rule.delta(appended, names.name), relations)
             old = relations.add("old_state", self.spark.read.format(STATE_FORMAT).schema(
                 T.StructType.fromJson(json.loads(manifest.state_schema))).load(manifest.state))
-            return self._aggregate(table, rule, rule.merged(old, appended, names.name) or f"SELECT * FROM {old}",
+            return self._stateful(table, rule, rule.merged(old, appended, names.name) or f"SELECT * FROM {old}",
                                    relations)
 
-    def recompute(self, table: MaterializedTable, rule: Aggregate, changes: dict[str, SourceDelta],
+    def recompute(self, table: MaterializedTable, rule: Aggregate | TopN, changes: dict[str, SourceDelta],
                   readings: dict[str, Reading]) -> Maintained:
         """A whole refresh of an aggregate that keeps its state: from exactly the files listed now."""
         with self._scope(table, "full, keeping the state") as relations:
             names = relations.naming(rule.sources, changes, readings)
-            return self._aggregate(table, rule, rule.state(names.name), relations)
+            return self._stateful(table, rule, rule.state(names.name), relations)
 
     def _scope(self, table: MaterializedTable, what: str) -> _Relations:
         return _Relations(self.spark, table, what)
@@ -226,7 +228,7 @@ class Maintainer:
                 self.storage.remove(stage)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group))
 
-    def _aggregate(self, table: MaterializedTable, rule: Aggregate, state_sql: str,
+    def _stateful(self, table: MaterializedTable, rule: Aggregate | TopN, state_sql: str,
                    relations: _Relations) -> Maintained:
         started = time.monotonic()
         stage = self.storage.new_version(table)
