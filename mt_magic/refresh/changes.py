@@ -28,7 +28,7 @@ from mt_magic.errors import MaterializedTableError
 from mt_magic.spark.analysis import QueryAnalyzer
 from mt_magic.spark.catalog import TableFacts, table_facts, tables_facts
 from mt_magic.spark.files import Files, Listing
-from mt_magic.storage.versions import version_relative
+from mt_magic.storage.linked import version_relative
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.sql.volatile import volatile_calls
 

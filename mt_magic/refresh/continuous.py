@@ -30,7 +30,8 @@ from mt_magic.catalog.model import MaterializedTable
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import ValidationError
 from mt_magic.refresh.full import shape
-from mt_magic.storage.versions import Target, TableStorage, data_source_options, folder_writer
+from mt_magic.storage.formats import data_source_options, folder_writer
+from mt_magic.storage.versions import Target, TableStorage
 from mt_magic.spark.errors import SPARK_ERRORS, error_sentence, spark_message
 from mt_magic.spark.session import session_conf, session_info
 from mt_magic.spark.streaming import add_listener, unsupported_reason

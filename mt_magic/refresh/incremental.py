@@ -37,7 +37,9 @@ from mt_magic.spark.jobs import job_scope
 from mt_magic.spark.types import type_from_json
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.storage.manifests import Manifest
-from mt_magic.storage.versions import Target, TableStorage, data_source_options, folder_writer
+from mt_magic.storage.formats import data_source_options, folder_writer
+from mt_magic.storage.linked import extended
+from mt_magic.storage.versions import Target, TableStorage
 
 READABLE_FORMATS = ("parquet", "orc")      # a plain source's files read alone with no options
 SCHEMA_TTL_S = 30.0
@@ -222,7 +224,7 @@ class Maintainer:
                 self._write(table, frame, stage)
                 if rows() == 0:
                     return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group))
-                version = self.storage.extended(table, stage)
+                version = extended(self.storage, table, stage)
                 published = self._publish(table, version)
             finally:
                 self.storage.remove(stage)

@@ -12,21 +12,22 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote
 
 from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage
-from mt_magic.errors import SparkError, ValidationError
-from mt_magic.spark.catalog import (check_data_source, partition_clause, partition_locations,
-                                    partition_metadata, switch_partition_locations, table_facts)
+from mt_magic.errors import SparkError
+from mt_magic.spark.catalog import (partition_clause, partition_locations, partition_metadata,
+                                    switch_partition_locations, table_facts)
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import files_for
 from mt_magic.spark.session import is_connect
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
+from mt_magic.storage.formats import data_source_options
 from mt_magic.storage.manifests import MANIFESTS_DIR
 from mt_magic.storage.writers import Writers, note_of
 
@@ -34,8 +35,6 @@ VERSION_PREFIX = "v-"
 EMPTY_DIR = "_empty"
 SUPERSEDED_MARKER = "_SUPERSEDED"
 TABLE_PROPERTY = "mt_magic.materialized-table"
-# Options that steer where and how data is stored, never passed to the data source.
-RESERVED_OPTIONS = ("connector", "format", "path")
 
 
 @dataclass(frozen=True)
@@ -65,45 +64,6 @@ def version_folder(root: str) -> str:
     """A new version's folder under `root`: named by time, so versions list in the order written."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
     return f"{root.rstrip('/')}/{VERSION_PREFIX}{stamp}-{uuid.uuid4().hex[:8]}"
-
-
-def version_relative(root: str) -> Callable[[str], str]:
-    """A file of a table's versions named from its version folder on: the same file, carried (linked)
-    into a later version, keeps its name."""
-    prefix = _same_path(root) + "/"
-
-    def relative(path: str) -> str:
-        same = _same_path(path)
-        if not same.startswith(prefix):
-            return path
-        _, _, inside = same[len(prefix):].partition("/")
-        return inside or same[len(prefix):]
-    return relative
-
-
-def data_source_options(options: dict[str, str]) -> dict[str, str]:
-    """Table options the data source itself reads (compression, header, ...)."""
-    return {k: v for k, v in options.items()
-            if k not in RESERVED_OPTIONS and not k.startswith(("partition.fields.", "materialized-table."))}
-
-
-def folder_writer(frame: Any, fmt: str, options: Mapping[str, str], partition_keys: Sequence[str]) -> Any:
-    """The one way data is written: into a new folder (never over data), in the table's format."""
-    writer = frame.write.format(fmt).mode("error").options(**options)
-    return writer.partitionBy(*partition_keys) if partition_keys else writer
-
-
-def data_source_format(spark: Any, options: Mapping[str, str], default: str) -> str:
-    """The Spark data source WITH options name, as Flink's filesystem connector reads them."""
-    connector = options.get("connector")
-    if connector is not None and connector != "filesystem":
-        raise ValidationError(
-            f"Option 'connector' = '{connector}' is not supported: the table is stored by a Spark data "
-            "source; leave 'connector' out or set it to 'filesystem', and pick the data source with "
-            "'format'.")
-    fmt = options.get("format", default)
-    check_data_source(spark, fmt)
-    return fmt
 
 
 class TableStorage:
@@ -154,14 +114,14 @@ class TableStorage:
             return
         storage = table.storage
         if table.partition_keys and storage.catalog_partitions:
-            registered = {k: _same_path(v) for k, v in
+            registered = {k: same_path(v) for k, v in
                           partition_locations(self.spark, table.quoted, table.partition_keys).items()}
             wanted = {tuple(p.spec.items()): p.location for p in storage.partitions}
             self._add_partitions(table, {k: v for k, v in wanted.items() if k not in registered})
             switch_partition_locations(self.spark, table.quoted, {
-                k: v for k, v in wanted.items() if k in registered and registered[k] != _same_path(v)})
+                k: v for k, v in wanted.items() if k in registered and registered[k] != same_path(v)})
             self._drop_partitions(table, [k for k in registered if k not in wanted])
-        elif _same_path(table_facts(self.spark, table.quoted).location or "") != _same_path(storage.location):
+        elif same_path(table_facts(self.spark, table.quoted).location or "") != same_path(storage.location):
             spark_call(lambda: self.spark.sql(f"ALTER TABLE {table.quoted} SET LOCATION "
                                               f"{sql_string(storage.location)}"),
                        f"Following the published version of {table.identifier}")
@@ -227,29 +187,6 @@ class TableStorage:
         version = self.files.qualify(version_folder(table.storage.root))
         if noted:
             self.files.touch(note_of(version))
-        return version
-
-    def extended(self, table: MaterializedTable, added: str) -> str:
-        """A new version holding the published data's files (linked, or copied where links are not
-        possible) and the data files written to `added`, moved in at the same places."""
-        version = self.new_version(table)
-        storage = table.storage
-        if table.partition_keys and storage.catalog_partitions:
-            self.files.mkdirs(version)
-            inside = version_relative(storage.root)
-            for partition in storage.partitions:
-                target = f"{version}/{inside(partition.location)}"
-                self.files.mkdirs(target.rsplit("/", 1)[0])
-                self.files.link_tree(partition.location, target)
-        elif self.files.exists(storage.location):
-            self.files.link_tree(storage.location, version)
-        else:
-            self.files.mkdirs(version)
-        prefix = _same_path(added) + "/"
-        for path in self.files.listing(added):
-            target = f"{version}/{_same_path(path)[len(prefix):]}"
-            self.files.mkdirs(target.rsplit("/", 1)[0])
-            self.files.rename(path, target)
         return version
 
     def written(self, version: str) -> None:
@@ -392,15 +329,15 @@ class TableStorage:
             locations.add(table_facts(self.spark, table.quoted).location or "")
             if table.partition_keys and storage.catalog_partitions:
                 locations |= set(partition_locations(self.spark, table.quoted, table.partition_keys).values())
-        return {_same_path(location) for location in locations if location}
+        return {same_path(location) for location in locations if location}
 
 
 def _within(path: str, referenced: set[str]) -> bool:
     """A version folder some reference points at or into."""
-    path = _same_path(path)
+    path = same_path(path)
     return any(ref == path or ref.startswith(path + "/") for ref in referenced)
 
 
-def _same_path(location: str) -> str:
+def same_path(location: str) -> str:
     """A location as Spark and Hadoop spell it alike (file:/x, file:///x/ → file:/x)."""
     return location.replace("file:///", "file:/").rstrip("/")

@@ -20,7 +20,7 @@ from mt_magic.spark.catalog import TableLookup, lookup_table
 from mt_magic.spark.commands import alongside
 from mt_magic.sql import statements as st
 from mt_magic.sql.freshness import AUTOMATIC, CONTINUOUS, IntervalFreshness
-from mt_magic.storage.versions import RESERVED_OPTIONS, data_source_format
+from mt_magic.storage.formats import RESERVED_OPTIONS, data_source_format
 
 
 class Definitions(Family):

@@ -20,7 +20,7 @@ from mt_magic.manager.workspace import Workspace
 from mt_magic.results import Result
 from mt_magic.sql import statements as st
 from mt_magic.sql.freshness import CONTINUOUS, IntervalFreshness
-from mt_magic.storage.versions import RESERVED_OPTIONS
+from mt_magic.storage.formats import RESERVED_OPTIONS
 
 
 class Operations(Family):

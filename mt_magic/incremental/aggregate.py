@@ -1,0 +1,179 @@
+"""GROUP BY (or a global aggregate) with COUNT, SUM, AVG, MIN, MAX and HAVING, over a table or inner
+joins. A hidden state keeps, per group, each aggregate's partial (AVG as a sum and a count); the
+change's rows are merged into it by group, and the result is the state's final projection with
+HAVING applied."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from mt_magic.incremental.checks import (AGGREGATE_ARGS, NotMaintainable, call_name, check_select, parse_expression,
+                                         quoted)
+from mt_magic.incremental.relations import Names, Version, identifier, replaced, sql, tables
+from mt_magic.incremental.linear import term_trees
+
+# Aggregates with a merge: the partial computed per group, and how partials combine.
+_MERGES = {exp.Count: "SUM", exp.Sum: "SUM", exp.Min: "MIN", exp.Max: "MAX"}
+STATE_KEY = "_g"          # the state's group key columns: _g0, _g1, ...
+STATE_PARTIAL = "_a"      # its partials: _a0, _a1, ...
+
+
+@dataclass(frozen=True)
+class Partial:
+    expression: str          # over the aggregate's input
+    merge: str               # SUM, MIN or MAX of the partials
+    row: str                 # one input row's partial: the change's rows merge without a grouping of their own
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """GROUP BY with mergeable aggregates: a state per group, merged with the change's state."""
+
+    select: exp.Select
+    occurrences: tuple[str, ...]
+    keys: tuple[str, ...]               # the group keys as written
+    partials: tuple[Partial, ...]
+    finals: tuple[str, ...]             # each output column over the state
+    having: str | None                  # over the state
+    averaged: tuple[int, ...]           # the partials that are sums of an AVG (a DECIMAL one is refused)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.occurrences
+
+    def describe(self) -> str:
+        by = ", ".join(self.keys) if self.keys else "the one group"
+        return f"incremental (merge by {by})"
+
+    def state(self, names: Names, version: Version = Version.NEW) -> str:
+        """The state of the whole input: partials per group."""
+        return sql(self._state_select(replaced(self.select, lambda i: names(i, version))))
+
+    def merged(self, old_state: str, appended: set[str], names: Names) -> str | None:
+        """The new state: the old one and the change's partials, merged by group."""
+        terms = [self._state_select(term, rows=True)
+                 for term in term_trees(self.select, self.occurrences, 0, appended, names)]
+        if not terms:
+            return None
+        keys = [f"{STATE_KEY}{i}" for i in range(len(self.keys))]
+        columns = keys + [f"{p.merge}({STATE_PARTIAL}{j}) AS {STATE_PARTIAL}{j}" for j, p in enumerate(self.partials)]
+        union = " UNION ALL ".join([f"SELECT * FROM {old_state}"] + [sql(t) for t in terms])
+        group = f" GROUP BY {', '.join(keys)}" if keys else ""
+        return f"SELECT {', '.join(columns)} FROM ({union}) AS merged{group}"
+
+    def output(self, state: str, names: Sequence[str]) -> str:
+        """The result from a state, its columns named `names` (the table's query columns)."""
+        columns = ", ".join(f"{final} AS {quoted(name)}" for final, name in zip(self.finals, names, strict=True))
+        where = f" WHERE {self.having}" if self.having else ""
+        return f"SELECT {columns} FROM {state}{where}"
+
+    def _state_select(self, tree: exp.Select, rows: bool = False) -> exp.Select:
+        """Partials per group; `rows`: per input row, ungrouped (the merge groups them with the old
+        state in one aggregation, where Spark pre-aggregates them before the shuffle anyway)."""
+        keys = [exp.alias_(k.copy(), f"{STATE_KEY}{i}") for i, k in enumerate(tree.args["group"].expressions)] \
+            if tree.args.get("group") else []
+        partials = [exp.alias_(parse_expression(p.row if rows else p.expression), f"{STATE_PARTIAL}{j}")
+                    for j, p in enumerate(self.partials)]
+        state = tree.copy()
+        state.set("expressions", keys + partials)
+        state.set("having", None)
+        if rows:
+            state.set("group", None)
+        return state
+
+
+def aggregate(tree: exp.Select) -> Aggregate:
+    check_select(tree, AGGREGATE_ARGS)
+    group = tree.args.get("group")
+    if group is not None and (any(group.args.get(a) for a in set(group.args) - {"expressions"}) or
+                              any(isinstance(k, (exp.Rollup, exp.Cube, exp.GroupingSets)) for k in group.expressions)):
+        raise NotMaintainable("GROUPING SETS, ROLLUP or CUBE")
+    keys = [_ordinal(k, tree) for k in group.expressions] if group is not None else []
+    if group is not None:
+        tree = tree.copy()
+        tree.args["group"].set("expressions", [k.copy() for k in keys])
+    for key in keys:
+        if key.find(exp.AggFunc):
+            raise NotMaintainable("an aggregate in GROUP BY")
+    partials: list[Partial] = []
+    averaged: list[int] = []
+    calls: dict[str, str] = {}          # an aggregate's text → its final over the state
+
+    def final(call: exp.AggFunc) -> str:
+        text = sql(call)
+        if text in calls:
+            return calls[text]
+        if isinstance(call, exp.Count) and isinstance(call.this, exp.Distinct):
+            raise NotMaintainable("COUNT(DISTINCT …)")
+        if call.find(exp.Distinct):
+            raise NotMaintainable(f"{call_name(call)} over DISTINCT values")
+        if isinstance(call.parent, exp.Filter):
+            raise NotMaintainable("an aggregate with FILTER")
+        j = len(partials)
+        if isinstance(call, exp.Avg):
+            argument = sql(call.this)
+            partials.append(Partial(f"SUM({argument})", "SUM", argument))
+            partials.append(Partial(f"COUNT({argument})", "SUM", _counted(argument)))
+            averaged.append(j)
+            calls[text] = f"(CAST({STATE_PARTIAL}{j} AS DOUBLE) / {STATE_PARTIAL}{j + 1})"
+        elif type(call) in _MERGES:
+            if call.expressions:
+                raise NotMaintainable(f"{call_name(call)} of several columns")
+            argument = sql(call.this)
+            row = (_counted(argument) if not isinstance(call.this, exp.Star) else "CAST(1 AS BIGINT)") \
+                if isinstance(call, exp.Count) else argument
+            partials.append(Partial(text, _MERGES[type(call)], row))
+            calls[text] = f"{STATE_PARTIAL}{j}"
+        else:
+            raise NotMaintainable(f"the aggregate {call_name(call)}")
+        return calls[text]
+
+    finals = [_over_state(e.this if isinstance(e, exp.Alias) else e, keys, final) for e in tree.expressions]
+    having = tree.args.get("having")
+    having_sql = _over_state(having.this, keys, final) if having is not None else None
+    return Aggregate(tree, tuple(identifier(t) for t in tables(tree)), tuple(sql(k) for k in keys),
+                     tuple(partials), tuple(finals), having_sql, tuple(averaged))
+
+
+def _counted(argument: str) -> str:
+    """What one row adds to COUNT(argument)."""
+    return f"CASE WHEN ({argument}) IS NULL THEN CAST(0 AS BIGINT) ELSE CAST(1 AS BIGINT) END"
+
+
+def _ordinal(key: exp.Expression, tree: exp.Select) -> exp.Expression:
+    """GROUP BY 2 is the second output expression (Spark's default)."""
+    if isinstance(key, exp.Literal) and not key.is_string:
+        position = int(key.name)
+        if not 1 <= position <= len(tree.expressions):
+            raise NotMaintainable(f"GROUP BY {position}")
+        chosen = tree.expressions[position - 1]
+        return (chosen.this if isinstance(chosen, exp.Alias) else chosen).copy()
+    return key
+
+
+def _over_state(expression: exp.Expression, keys: list[exp.Expression],
+                final: Callable[[exp.AggFunc], str]) -> str:
+    """An output expression rewritten over the state: aggregates by their finals, key expressions by
+    their key columns. A column left over is neither: Spark's analysis of the result refuses it."""
+    by_text = {_key_text(k): f"{STATE_KEY}{i}" for i, k in enumerate(keys)}
+    by_name = {}
+    for i, k in enumerate(keys):
+        if isinstance(k, exp.Column):
+            by_name.setdefault(k.name.lower(), []).append(f"{STATE_KEY}{i}")
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.AggFunc):
+            return parse_expression(final(node))
+        found = by_text.get(_key_text(node))
+        if found is None and isinstance(node, exp.Column) and len(by_name.get(node.name.lower(), ())) == 1:
+            found = by_name[node.name.lower()][0]
+        return exp.column(found) if found else node
+
+    return sql(expression.copy().transform(swap))
+
+
+def _key_text(node: exp.Expression) -> str:
+    return sql(node).lower()

@@ -1,0 +1,91 @@
+"""Linear queries: filter, project, computed columns, inner joins, LATERAL VIEW, UNION ALL of those. The
+change of the result is the query over the change (a join's by the bilinear rule: for each appended
+occurrence i, the occurrences before i read their new files, i its appended ones, those after their
+old files), merged by adding files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from mt_magic.incremental.checks import CLAUSES, LINEAR_ARGS, NotMaintainable, check_select
+from mt_magic.incremental.relations import Names, Version, identifier, replaced, sql, tables
+
+
+@dataclass(frozen=True)
+class Linear:
+    """The result only grows with the sources: its change is the query over their change."""
+
+    branches: tuple[exp.Select, ...]           # UNION ALL branches (one for a plain SELECT)
+    occurrences: tuple[tuple[str, ...], ...]   # per branch, the source each of its tables reads
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(s for branch in self.occurrences for s in branch)
+
+    def describe(self) -> str:
+        return "incremental (append the query over the new rows)"
+
+    def full(self, names: Names) -> str:
+        """The query with every occurrence reading its new files."""
+        return " UNION ALL ".join(sql(replaced(branch, lambda j, start=start: names(start + j, Version.NEW)))
+                                  for branch, start in self._starts())
+
+    def delta(self, appended: set[str], names: Names) -> str | None:
+        """The rows the result gains from the appended sources; None when none of them is read."""
+        return _union(_terms(branch, occurrences, start, appended, names)
+                      for (branch, start), occurrences in zip(self._starts(), self.occurrences, strict=True))
+
+    def _starts(self) -> list[tuple[exp.Select, int]]:
+        starts, at = [], 0
+        for branch, occurrences in zip(self.branches, self.occurrences, strict=True):
+            starts.append((branch, at))
+            at += len(occurrences)
+        return starts
+
+
+def linear_union(tree: exp.Union) -> Linear:
+    branches: list[exp.Select] = []
+
+    def collect(node: exp.Expression) -> None:
+        if isinstance(node, exp.Union) and not isinstance(node, (exp.Except, exp.Intersect)):
+            if node.args.get("distinct"):
+                raise NotMaintainable("UNION (without ALL)")
+            for arg in ("order", "limit", "offset"):
+                if node.args.get(arg):
+                    raise NotMaintainable(CLAUSES[arg])
+            collect(node.this)
+            collect(node.expression)
+        elif isinstance(node, exp.Select):
+            if node.args.get("group") or node.find(exp.AggFunc):
+                raise NotMaintainable("an aggregate under UNION ALL")
+            check_select(node, LINEAR_ARGS)
+            branches.append(node)
+        else:
+            raise NotMaintainable(type(node).__name__.upper())
+
+    collect(tree)
+    return Linear(tuple(branches), tuple(tuple(identifier(t) for t in tables(b)) for b in branches))
+
+
+def _terms(branch: exp.Select, occurrences: tuple[str, ...], start: int, appended: set[str],
+           names: Names) -> list[str]:
+    return [sql(t) for t in term_trees(branch, occurrences, start, appended, names)]
+
+
+def term_trees(branch: exp.Select, occurrences: tuple[str, ...], start: int, appended: set[str],
+                names: Names) -> list[exp.Select]:
+    """The bilinear rule: one term per appended occurrence."""
+    terms = []
+    for i, source in enumerate(occurrences):
+        if source not in appended:
+            continue
+        terms.append(replaced(branch, lambda j, i=i: names(
+            start + j, Version.NEW if j < i else Version.DELTA if j == i else Version.OLD)))
+    return terms
+
+
+def _union(parts) -> str | None:
+    flat = [part for group in parts for part in group]
+    return " UNION ALL ".join(flat) if flat else None

@@ -1,0 +1,48 @@
+"""Versions that carry files over: a new version holding the published data's files, linked, plus new
+ones — what an incremental publish of an appended change is, so that the tables reading this one see
+an append (every old file still there, by its name inside the version)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mt_magic.catalog.model import MaterializedTable
+from mt_magic.storage.versions import TableStorage, same_path
+
+
+def version_relative(root: str) -> Callable[[str], str]:
+    """A file of a table's versions named from its version folder on: the same file, carried (linked)
+    into a later version, keeps its name."""
+    prefix = same_path(root) + "/"
+
+    def relative(path: str) -> str:
+        same = same_path(path)
+        if not same.startswith(prefix):
+            return path
+        _, _, inside = same[len(prefix):].partition("/")
+        return inside or same[len(prefix):]
+    return relative
+
+
+def extended(storage: TableStorage, table: MaterializedTable, added: str) -> str:
+    """A new version holding the published data's files (linked, or copied where links are not
+    possible) and the data files written to `added`, moved in at the same places."""
+    version = storage.new_version(table)
+    published = table.storage
+    if table.partition_keys and published.catalog_partitions:
+        storage.files.mkdirs(version)
+        inside = version_relative(published.root)
+        for partition in published.partitions:
+            target = f"{version}/{inside(partition.location)}"
+            storage.files.mkdirs(target.rsplit("/", 1)[0])
+            storage.files.link_tree(partition.location, target)
+    elif storage.files.exists(published.location):
+        storage.files.link_tree(published.location, version)
+    else:
+        storage.files.mkdirs(version)
+    prefix = same_path(added) + "/"
+    for path in storage.files.listing(added):
+        target = f"{version}/{same_path(path)[len(prefix):]}"
+        storage.files.mkdirs(target.rsplit("/", 1)[0])
+        storage.files.rename(path, target)
+    return version
