@@ -5,7 +5,8 @@ incrementally, rewrites recomputed with the rewritten source named.
 One state machine drives every shape at once (each refresh round refreshes all of them, upstream
 first), so that a CI run covers each shape with many sequences in bounded time: filter/project,
 UNION ALL, an inner join, GROUP BY with COUNT/SUM/AVG/MIN/MAX and HAVING, a global aggregate, a join
-under GROUP BY, top-N per key (ROW_NUMBER in a subquery, RANK over a join with QUALIFY), a chain of materialized tables (linear over linear, aggregate over linear) and a
+under GROUP BY, COUNT(DISTINCT) with HAVING, top-N per key (ROW_NUMBER in a subquery, RANK over a
+join with QUALIFY), a chain of materialized tables (linear over linear, aggregate over linear) and a
 partitioned table. The sources hold NULL keys and values and duplicate rows; `sales` is partitioned
 (NULL partition values included)."""
 
@@ -21,7 +22,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
-from mt_magic.incremental.rules import Aggregate, Linear, Recompute, TopN, maintenance
+from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, TopN, maintenance
 
 SHAPES = {   # name → (query, the plain sources it reads)
     "lin": ("SELECT ds, product_id, amount * 2 AS a2 FROM sales WHERE amount > 2 OR amount IS NULL", {"sales"}),
@@ -36,6 +37,8 @@ SHAPES = {   # name → (query, the plain sources it reads)
     "chain": ("SELECT ds, a2 FROM lin WHERE a2 > 5", {"lin"}),
     "chainagg": ("SELECT ds, COUNT(*) AS n, SUM(a2) AS s FROM lin GROUP BY ds", {"lin"}),
     "part": ("SELECT product_id, amount, ds FROM sales WHERE product_id IS NOT NULL", {"sales"}),
+    "distinct": ("SELECT ds, COUNT(DISTINCT product_id) AS n FROM sales GROUP BY ds "
+                 "HAVING COUNT(DISTINCT product_id) > 1", {"sales"}),
     "top": ("SELECT ds, product_id, amount FROM (SELECT ds, product_id, amount, ROW_NUMBER() OVER (PARTITION BY ds "
             "ORDER BY amount DESC, product_id) AS rn FROM sales) t WHERE rn <= 2", {"sales"}),
     "ranked": ("SELECT d.name, s.amount, RANK() OVER (PARTITION BY d.name ORDER BY s.amount) AS r FROM sales s "
@@ -80,11 +83,12 @@ def test_the_rules_classify_the_shapes():
                                     .replace(" lin ", f" {prefix}`lin` ")))
              for name, (query, _) in SHAPES.items()}
     assert kinds == {"lin": Linear, "uni": Linear, "joined": Linear, "agg": Aggregate, "whole": Aggregate,
-                     "joinagg": Aggregate, "chain": Linear, "chainagg": Aggregate, "part": Linear, "top": TopN,
+                     "joinagg": Aggregate, "chain": Linear, "chainagg": Aggregate, "part": Linear,
+                     "distinct": DistinctCount, "top": TopN,
                      "ranked": TopN}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3", "LIMIT"),
                              ("SELECT a FROM t LEFT JOIN u ON t.a = u.a", "LEFT JOIN"),
-                             ("SELECT COUNT(DISTINCT a) FROM t", "COUNT(DISTINCT …)"),
+                             ("SELECT COUNT(DISTINCT a), SUM(b) FROM t", "COUNT(DISTINCT …) beside other"),
                              ("SELECT a, ROW_NUMBER() OVER (ORDER BY b) FROM t", "the window function ROW_NUMBER(…)"),
                              ("SELECT DISTINCT a FROM t", "SELECT DISTINCT"),
                              ("SELECT a FROM t UNION SELECT a FROM u", "UNION (without ALL)"),

@@ -13,6 +13,7 @@ from sqlglot import exp
 from mt_magic.incremental.checks import (AGGREGATE_ARGS, NotMaintainable, call_name, check_select, parse_expression,
                                          quoted)
 from mt_magic.incremental.relations import Names, Version, identifier, replaced, sql, tables
+from mt_magic.incremental.distinct import DistinctCount, distinct_count
 from mt_magic.incremental.linear import term_trees
 
 # Aggregates with a merge: the partial computed per group, and how partials combine.
@@ -85,7 +86,7 @@ class Aggregate:
         return state
 
 
-def aggregate(tree: exp.Select) -> Aggregate:
+def aggregate(tree: exp.Select) -> Aggregate | DistinctCount:
     check_select(tree, AGGREGATE_ARGS)
     group = tree.args.get("group")
     if group is not None and (any(group.args.get(a) for a in set(group.args) - {"expressions"}) or
@@ -98,6 +99,8 @@ def aggregate(tree: exp.Select) -> Aggregate:
     for key in keys:
         if key.find(exp.AggFunc):
             raise NotMaintainable("an aggregate in GROUP BY")
+    if any(isinstance(c, exp.Count) and isinstance(c.this, exp.Distinct) for c in tree.find_all(exp.AggFunc)):
+        return distinct_count(tree, keys, _over_state)
     partials: list[Partial] = []
     averaged: list[int] = []
     calls: dict[str, str] = {}          # an aggregate's text → its final over the state
@@ -106,8 +109,6 @@ def aggregate(tree: exp.Select) -> Aggregate:
         text = sql(call)
         if text in calls:
             return calls[text]
-        if isinstance(call, exp.Count) and isinstance(call.this, exp.Distinct):
-            raise NotMaintainable("COUNT(DISTINCT …)")
         if call.find(exp.Distinct):
             raise NotMaintainable(f"{call_name(call)} over DISTINCT values")
         if isinstance(call.parent, exp.Filter):

@@ -10,6 +10,7 @@ Each rule lives in its module (`linear`, `aggregate`, `topn`); this one picks it
   COUNT, SUM, AVG, MIN, MAX and HAVING. A hidden state keeps, per group, each aggregate's partial
   (AVG as a sum and a count); the change's partials are merged into it by group, and the result is
   the state's final projection with HAVING applied.
+- `DistinctCount`: COUNT(DISTINCT x) per group: the distinct (group, x) pairs, added to.
 - `TopN`: ROW_NUMBER / RANK / DENSE_RANK ≤ N per key: the ranked rows within N, re-ranked with the
   change's rows.
 - `Recompute`: anything else, with the construct that stops it named.
@@ -22,12 +23,13 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import Aggregate, aggregate
+from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.checks import LINEAR_ARGS, NotMaintainable, check_select
 from mt_magic.incremental.linear import Linear, linear_union
 from mt_magic.incremental.relations import Unparsable, identifier, parse, tables
 from mt_magic.incremental.topn import TopN, top_n
 
-__all__ = ["Aggregate", "Linear", "Recompute", "Rule", "TopN", "maintenance"]
+__all__ = ["Aggregate", "DistinctCount", "Linear", "Recompute", "Rule", "TopN", "maintenance"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class Recompute:
         return f"full: {self.reason}"
 
 
-Rule = Linear | Aggregate | TopN | Recompute
+Rule = Linear | Aggregate | DistinctCount | TopN | Recompute
 
 
 def maintenance(query: str) -> Rule:

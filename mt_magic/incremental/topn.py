@@ -96,7 +96,8 @@ def top_n(tree: exp.Select) -> TopN:
     over.set("partition_by", [exp.column(f"{_WINDOW_INPUT}{next(at)}") for _ in window.args.get("partition_by") or ()])
     for ordered in over.args["order"].expressions:
         ordered.set("this", exp.column(f"{_WINDOW_INPUT}{next(at)}"))
-    outer.args["from_"].this.replace(exp.Table(this=exp.to_identifier("state"), alias=outer.args["from_"].this.args.get("alias")))
+    subquery = outer.args["from_"].this
+    subquery.replace(exp.Table(this=exp.to_identifier("state"), alias=subquery.args.get("alias")))
     return TopN(ranked, over, rank, limit, outer, tuple(identifier(t) for t in tables(ranked)),
                 tuple(sql(e) for e in window.args.get("partition_by") or ()))
 

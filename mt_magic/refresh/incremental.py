@@ -27,7 +27,7 @@ from pyspark.sql import types as T
 from mt_magic.catalog.model import MaterializedTable, Storage
 from mt_magic.errors import MaterializedTableError
 from mt_magic.incremental.relations import Version
-from mt_magic.incremental.rules import Aggregate, Linear, Recompute, Rule, TopN, maintenance
+from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots, volatile
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shape
 from mt_magic.spark.analysis import analysed_operators
@@ -46,6 +46,8 @@ SCHEMA_TTL_S = 30.0
 STATE_FOLDER = "_state"
 STATE_FORMAT = "parquet"
 # What Spark may make of a linear query and still add rows only as its sources do.
+_STATEFUL = (Aggregate, DistinctCount, TopN)        # the rules that keep a state beside the data
+Stateful = Aggregate | DistinctCount | TopN
 _NOT_LINEAR = {"Aggregate", "Window", "WindowGroupLimit", "Distinct", "Deduplicate", "GlobalLimit", "LocalLimit",
                "Offset", "Sort", "Sample", "Except", "Intersect", "Expand", "Join LeftOuter", "Join RightOuter",
                "Join FullOuter", "Join LeftSemi", "Join LeftAnti", "Join ExistenceJoin"}
@@ -86,7 +88,7 @@ class Choice:
     @property
     def keeps_state(self) -> bool:
         """A full refresh that computes the state too (from exactly the files listed)."""
-        return not self.incremental and isinstance(self.rule, (Aggregate, TopN)) and bool(self.readings)
+        return not self.incremental and isinstance(self.rule, _STATEFUL) and bool(self.readings)
 
 
 class Maintainer:
@@ -112,7 +114,7 @@ class Maintainer:
         self._rules[table.identifier] = (table.definition_query, rule)
         return rule
 
-    def _judged(self, table: MaterializedTable, rule: Linear | Aggregate | TopN) -> Rule:
+    def _judged(self, table: MaterializedTable, rule: Linear | Stateful) -> Rule:
         """Spark's reading of what the rule wrote: a rule is trusted only where Spark agrees."""
         def real(i: int, _version: Version) -> str:
             return ".".join(quote_identifier(p) for p in rule.sources[i].split(".", 2))
@@ -128,7 +130,8 @@ class Maintainer:
             probe = f"mt_state_{uuid.uuid4().hex[:10]}"      # the state's schema, with no plan of its own
             with query_over(self.spark, rule.output(probe, table.query_columns),
                             {probe: self.spark.createDataFrame([], schema)}) as out:
-                found = analysed_operators(out) & {"Aggregate", "Window"}
+                found = analysed_operators(out) & ({"Window"} if isinstance(rule, DistinctCount)
+                                                   else {"Aggregate", "Window"})
             return Recompute("an output expression that is not a group key or a merged aggregate") if found else rule
         except MaterializedTableError as error:
             return Recompute(f"its delta does not analyse ({str(error).splitlines()[0][:120]})")
@@ -180,13 +183,13 @@ class Maintainer:
                 return Choice(rule, False, f"{source} was rewritten", readings)
             if change.change is SourceChange.UNKNOWN:
                 return Choice(rule, False, f"no manifest of the files {source} had", readings)
-        if isinstance(rule, (Aggregate, TopN)) and (manifest is None or manifest.state is None or
+        if isinstance(rule, _STATEFUL) and (manifest is None or manifest.state is None or
                                             not self.storage.files.exists(manifest.state)):
             return Choice(rule, False, "no state kept yet", readings)
         return Choice(rule, True, None, readings)
 
     # ------------------------------------------------------------------- runs
-    def maintain(self, table: MaterializedTable, rule: Linear | Aggregate | TopN, changes: dict[str, SourceDelta],
+    def maintain(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
                  readings: dict[str, Reading], manifest: Manifest | None) -> Maintained:
         """The refresh from the change: `changes` has every source unchanged or appended, and for an
         aggregate `manifest` names the state the published data was computed with."""
@@ -203,7 +206,7 @@ class Maintainer:
             return self._stateful(table, rule, rule.merged(old, appended, names.name) or f"SELECT * FROM {old}",
                                    relations)
 
-    def recompute(self, table: MaterializedTable, rule: Aggregate | TopN, changes: dict[str, SourceDelta],
+    def recompute(self, table: MaterializedTable, rule: Stateful, changes: dict[str, SourceDelta],
                   readings: dict[str, Reading]) -> Maintained:
         """A whole refresh of an aggregate that keeps its state: from exactly the files listed now."""
         with self._scope(table, "full, keeping the state") as relations:
@@ -230,7 +233,7 @@ class Maintainer:
                 self.storage.remove(stage)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group))
 
-    def _stateful(self, table: MaterializedTable, rule: Aggregate | TopN, state_sql: str,
+    def _stateful(self, table: MaterializedTable, rule: Stateful, state_sql: str,
                    relations: _Relations) -> Maintained:
         started = time.monotonic()
         stage = self.storage.new_version(table)

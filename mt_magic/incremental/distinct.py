@@ -1,0 +1,86 @@
+"""COUNT(DISTINCT x) per group: the state is the distinct (group, x) pairs; the change's pairs are added
+to it, and the result counts the pairs per group (HAVING over the counts)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from mt_magic.incremental.checks import NotMaintainable, quoted
+from mt_magic.incremental.linear import term_trees
+from mt_magic.incremental.relations import Names, Version, identifier, replaced, sql, tables
+
+STATE_KEY = "_g"
+STATE_VALUE = "_d"
+
+
+@dataclass(frozen=True)
+class DistinctCount:
+    select: exp.Select
+    occurrences: tuple[str, ...]
+    keys: tuple[str, ...]
+    finals: tuple[str, ...]          # each output column over the pairs, grouped by the keys
+    having: str | None
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.occurrences
+
+    def describe(self) -> str:
+        return f"incremental (add the new distinct values per {', '.join(self.keys) or 'the one group'})"
+
+    def state(self, names: Names, version: Version = Version.NEW) -> str:
+        return sql(self._pairs(replaced(self.select, lambda i: names(i, version))))
+
+    def merged(self, old_state: str, appended: set[str], names: Names) -> str | None:
+        terms = [sql(self._pairs(t, grouped=False))
+                 for t in term_trees(self.select, self.occurrences, 0, appended, names)]
+        if not terms:
+            return None
+        columns = ", ".join(self._columns())
+        union = " UNION ALL ".join([f"SELECT * FROM {old_state}"] + terms)
+        return f"SELECT {columns} FROM ({union}) AS merged GROUP BY {columns}"
+
+    def output(self, state: str, names: Sequence[str]) -> str:
+        columns = ", ".join(f"{final} AS {quoted(name)}" for final, name in zip(self.finals, names, strict=True))
+        group = f" GROUP BY {', '.join(self._columns()[:-1])}" if self.keys else ""
+        having = f" HAVING {self.having}" if self.having else ""
+        return f"SELECT {columns} FROM {state}{group}{having}"
+
+    def _columns(self) -> list[str]:
+        return [f"{STATE_KEY}{i}" for i in range(len(self.keys))] + [STATE_VALUE]
+
+    def _pairs(self, tree: exp.Select, grouped: bool = True) -> exp.Select:
+        """The distinct (keys, value) pairs of an input (`grouped`: made distinct here, not by the merge)."""
+        keys = list(tree.args["group"].expressions) if tree.args.get("group") else []
+        argument = next(c for c in self.select.find_all(exp.Count) if isinstance(c.this, exp.Distinct))
+        value = argument.this.expressions[0].copy()
+        pairs = tree.copy()
+        pairs.set("expressions", [exp.alias_(k.copy(), f"{STATE_KEY}{i}") for i, k in enumerate(keys)]
+                  + [exp.alias_(value, STATE_VALUE)])
+        pairs.set("group", exp.Group(expressions=[k.copy() for k in keys] + [value.copy()]) if grouped else None)
+        pairs.set("having", None)
+        return pairs
+
+
+def distinct_count(tree: exp.Select, keys: list[exp.Expression], over_state) -> DistinctCount:
+    """`tree` counts distinct values of one expression and aggregates nothing else."""
+    calls = list(tree.find_all(exp.AggFunc))
+    arguments = {sql(c.this) for c in calls if isinstance(c, exp.Count) and isinstance(c.this, exp.Distinct)}
+    if len(arguments) != 1 or len(calls) != sum(1 for c in calls if isinstance(c, exp.Count)
+                                                  and isinstance(c.this, exp.Distinct)):
+        raise NotMaintainable("COUNT(DISTINCT …) beside other aggregates")
+    if any(len(c.this.expressions) != 1 for c in calls):
+        raise NotMaintainable("COUNT(DISTINCT …) of several columns")
+    if tree.find(exp.Anonymous):
+        raise NotMaintainable(f"the function {tree.find(exp.Anonymous).name} beside COUNT(DISTINCT …)")
+
+    def final(_call: exp.AggFunc) -> str:
+        return f"COUNT({STATE_VALUE})"
+
+    finals = [over_state(e.this if isinstance(e, exp.Alias) else e, keys, final) for e in tree.expressions]
+    having = tree.args.get("having")
+    return DistinctCount(tree, tuple(identifier(t) for t in tables(tree)), tuple(sql(k) for k in keys),
+                         tuple(finals), over_state(having.this, keys, final) if having is not None else None)
