@@ -29,6 +29,9 @@ REFRESH_RETRIES = "materialized-table.refresh.retries"
 MAX_CONSECUTIVE_FAILURES = "materialized-table.refresh.max-consecutive-failures"
 MISSED_RUNS = "materialized-table.missed-runs"
 MISSED_RUNS_POLICIES = ("latest", "all", "skip")
+# A table option: how refreshes bring the table up to date (auto: incremental where it is exact).
+REFRESH_POLICY = "refresh.policy"
+REFRESH_POLICIES = ("auto", "incremental", "full")
 
 DEFAULTS: dict[str, str] = {
     FRESHNESS_THRESHOLD: "30 min",

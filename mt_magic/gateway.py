@@ -169,7 +169,8 @@ class Gateway:
     # ======================================================= public methods
     def describe(self, name: str) -> dict:
         table = self._ws.load(self._ws.name(name))
-        return describe_dict(table, self.pipelines.next_refresh(table))
+        return describe_dict(table, self.pipelines.next_refresh(table),
+                             self.pipelines.runs.maintainer.technique(table))
 
     def refresh(self, name: str, schedule_time: str | None = None,
                 partition: Mapping[str, str] | None = None) -> Result:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from mt_magic import config as cfg
 from mt_magic.catalog.handlers import handler_document
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.refresh.changes import undeterminable, volatile
@@ -76,7 +77,7 @@ def change_detection(table: MaterializedTable) -> str:
     return f"snapshots of the sources' files{by}"
 
 
-def describe_dict(table: MaterializedTable, next_refresh: datetime | None) -> dict:
+def describe_dict(table: MaterializedTable, next_refresh: datetime | None, technique: str) -> dict:
     return {
         "identifier": table.identifier,
         "columns": [(c.name, c.type, c.nullable) for c in table.columns],
@@ -98,6 +99,8 @@ def describe_dict(table: MaterializedTable, next_refresh: datetime | None) -> di
         "refresh_strategy": table.refresh_strategy,
         "strategy_reason": table.strategy_reason,
         "change_detection": change_detection(table),
+        "refresh_policy": table.options.get(cfg.REFRESH_POLICY, "auto"),
+        "technique": technique,
         "location": table.storage.location,
         "partitions": [dict(p.spec) for p in table.storage.partitions],
         "last_refresh": dict(vars(table.last_refresh)) if table.last_refresh else None,
@@ -107,8 +110,8 @@ def describe_dict(table: MaterializedTable, next_refresh: datetime | None) -> di
     }
 
 
-def describe_rows(table: MaterializedTable, extended: bool,
-                  next_refresh: datetime | None) -> list[tuple[str, str, str]]:
+def describe_rows(table: MaterializedTable, extended: bool, next_refresh: datetime | None,
+                  technique: str) -> list[tuple[str, str, str]]:
     """Spark's DESCRIBE layout, with a section for what makes the table materialized."""
     pk = {c.lower() for c in (table.primary_key["columns"] if table.primary_key else ())}
     rows = []
@@ -132,6 +135,8 @@ def describe_rows(table: MaterializedTable, extended: bool,
             ("Refresh Handler", json.dumps(handler_document(table.refresh_handler), sort_keys=True)),
             ("Next Refresh", next_refresh.isoformat() if next_refresh else ""),
             ("Change Detection", change_detection(table)),
+            ("Refresh Policy", table.options.get(cfg.REFRESH_POLICY, "auto")),
+            ("Refresh Technique", technique),
             ("Consecutive Failures", table.consecutive_failures)]
     if table.suspend_reason:
         info.append(("Suspend Reason", table.suspend_reason))

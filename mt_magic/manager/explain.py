@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from mt_magic import config as cfg
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.manager.describe import change_detection, strategy_text
 from mt_magic.manager.pipelines import Pipelines
-from mt_magic.refresh.changes import Change, compare, volatile
+from mt_magic.refresh.changes import Change, SourceChange, compare, deltas, volatile
 from mt_magic.refresh.full import refresh_frame
 from mt_magic.results import Result
 from mt_magic.spark.analysis import physical_plan
@@ -19,25 +20,35 @@ COLUMNS = ["item", "value"]
 
 
 def explain_refresh(pipelines: Pipelines, table: MaterializedTable, spec: dict[str, str]) -> Result:
-    snapshot, _ = spark_call(lambda: pipelines.runs.snapshots.take(table), f"Reading the sources of {table.identifier}")
+    runs = pipelines.runs
+    snapshot, files = spark_call(lambda: runs.snapshots.take(table), f"Reading the sources of {table.identifier}")
     comparison = compare(table.source_snapshot, snapshot, bool(volatile(table)))
+    manifest = runs.manifests.read(table.storage.root, table.source_snapshot)
+    changes = deltas(manifest.listings if manifest else None, files, runs.snapshots.relatives(table))
+    choice = runs.maintainer.choose(table, changes, manifest)
     rows = [("table", table.identifier),
             ("refresh mode", f"{table.refresh_mode} ({strategy_text(table)})" if table.refresh_strategy
              else str(table.refresh_mode)),
-            ("change detection", change_detection(table))]
+            ("change detection", change_detection(table)),
+            ("refresh policy", table.options.get(cfg.REFRESH_POLICY, "auto"))]
     for source in table.source_tables:
-        rows.append((f"source {source}", _source_state(table.source_snapshot.get(source), snapshot[source])))
+        state = _source_state(table.source_snapshot.get(source), snapshot[source])
+        rows.append((f"source {source}", state if changes[source].change is not SourceChange.APPENDED
+                     else f"{changes[source].describe()} → {runs.maintainer.technique(table)}"))
     if comparison.change is Change.NONE:
         scheduled = "would skip: no source changed since the table last matched them"
+    elif choice.incremental:
+        scheduled = f"would refresh {runs.maintainer.technique(table)}"
     elif comparison.change is Change.PARTITIONS:
         scheduled = f"would recompute partitions {comparison.key} in ({', '.join(comparison.values)})"
     else:
-        scheduled = "would recompute the whole table" + (
-            "" if table.source_snapshot else " (no snapshot yet, or the definition or options changed)")
+        scheduled = f"would recompute the whole table ({choice.reason})"
     rows.append(("a scheduled refresh now", scheduled))
     target = Target(spec)
     what = ", ".join(f"{k}={v}" for k, v in spec.items()) or "the whole table"
-    rows.append(("this REFRESH", f"would rewrite {what} (a refresh asked for runs whatever changed)"))
+    rows.append(("this REFRESH", f"would rewrite {what} (a refresh asked for runs whatever changed)"
+                 if spec or comparison.change is Change.NONE or not choice.incremental
+                 else f"would refresh {runs.maintainer.technique(table)}"))
     frame = spark_call(lambda: refresh_frame(pipelines.ws.spark, table, target), table.identifier)
     rows.append(("Spark plan", physical_plan(frame)))
     return Result.table(COLUMNS, rows, message=f"{table.identifier}: a scheduled refresh now {scheduled}.")

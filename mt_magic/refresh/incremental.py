@@ -25,6 +25,7 @@ from typing import Any
 from pyspark.sql import types as T
 
 from mt_magic.catalog.model import MaterializedTable, Storage
+from mt_magic.config import REFRESH_POLICY
 from mt_magic.errors import MaterializedTableError
 from mt_magic.incremental.relations import Version
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
@@ -158,12 +159,22 @@ class Maintainer:
             self._schemas[source] = (time.monotonic(), schema)
         return Reading(provider, schema, {}, facts.partition_columns)
 
+    def technique(self, table: MaterializedTable) -> str:
+        """What a refresh after appends to the sources does, and how (DESCRIBE, EXPLAIN)."""
+        if table.streams:
+            return "stream: Spark Structured Streaming maintains it"
+        if table.options.get(REFRESH_POLICY) == "full":
+            return f"full: '{REFRESH_POLICY}' = 'full'"
+        return self.rule(table).describe()
+
     def choose(self, table: MaterializedTable, changes: dict[str, SourceDelta],
                manifest: Manifest | None, rebuild: bool = False) -> Choice:
         """Incremental when the rule holds, every source is unchanged or appended and can be read
         alone, and an aggregate's state is at hand; otherwise full, saying why. `rebuild`: asked to
         refresh with no source changed, which recomputes (a user's way to rebuild the data)."""
         rule = self.rule(table)
+        if table.options.get(REFRESH_POLICY) == "full":
+            return Choice(rule, False, f"'{REFRESH_POLICY}' = 'full'")
         if isinstance(rule, Recompute):
             return Choice(rule, False, rule.reason)
         readings: dict[str, Reading] = {}

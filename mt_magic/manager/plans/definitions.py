@@ -11,6 +11,7 @@ from typing import Any
 from mt_magic import config as cfg
 from mt_magic.catalog.model import INITIALIZING, MaterializedTable, Storage
 from mt_magic.errors import ValidationError
+from mt_magic.incremental.rules import Recompute, Rule
 from mt_magic.manager.plans.plan import Family, Plan, planned
 from mt_magic.manager.schema import (check_formatters, check_partition_keys, column_from_field,
                                      computed_type, derive_schema, keyed, with_unique_names)
@@ -41,12 +42,14 @@ class Definitions(Family):
             table = self._new_table(statement, catalog, database, name)
         finally:    # the name's errors come before the query's
             _check_free(lookup.result(), statement.or_alter, catalog, database, name)
+        check_policy(table, self.pipelines.runs.maintainer.rule)
         strategy = ""
         if table.refresh_mode == CONTINUOUS:
             table = self.pipelines.streams.strategy(table)
             strategy = f", {table.refresh_strategy}"
+        technique = "" if table.streams else f", refresh technique {self.pipelines.runs.maintainer.technique(table)}"
         return planned(f"would create materialized table {identifier}, refresh mode {table.refresh_mode}"
-                       f"{strategy}, freshness {table.freshness}", lambda: self.lifecycle.provision(table))
+                       f"{strategy}, freshness {table.freshness}{technique}", lambda: self.lifecycle.provision(table))
 
     def _analyze(self, query: str, identifier: str) -> AnalyzedQuery:
         analyzed = self.ws.analyzer.analyze(query)
@@ -62,6 +65,7 @@ class Definitions(Family):
                                computed_type(lambda: self.ws.spark.sql(analyzed.definition_query)))
         partition_keys = check_partition_keys(statement.partition_keys, schema.columns)
         check_formatters(statement.options, partition_keys, schema.columns)
+        refresh_policy(statement.options)
         storage = self._new_storage(statement.options, catalog, database, name)
         decision = self.ws.decide_mode(
             IntervalFreshness.from_literal(statement.freshness) if statement.freshness else None,
@@ -124,6 +128,8 @@ class Definitions(Family):
             return planned(f"would leave materialized table {table.identifier} unchanged",
                            lambda: Result.ok(f"Materialized table {table.identifier} is unchanged."))
         appended = self._appended(table, statement.query, analyzed, schema.columns, changes)
+        check_policy(table.evolve(definition_query=analyzed.definition_query, options=changes["options"]),
+                     self.pipelines.runs.maintainer.rule)
         return planned(f"would alter materialized table {table.identifier}",
                        lambda: self.lifecycle.create_or_alter(table, statement.query, analyzed, appended,
                                                               changes, decision))
@@ -148,6 +154,27 @@ class Definitions(Family):
         appended = self._appended(table, statement.query, analyzed, columns, changes)
         return planned(f"would alter the query of materialized table {table.identifier}",
                        lambda: self.lifecycle.evolve_query(table, statement.query, analyzed, appended, changes))
+
+
+def refresh_policy(options: Mapping[str, str]) -> str:
+    """The table's 'refresh.policy', checked."""
+    policy = options.get(cfg.REFRESH_POLICY, "auto")
+    if policy not in cfg.REFRESH_POLICIES:
+        raise ValidationError(f"Option '{cfg.REFRESH_POLICY}' = '{policy}' is not one of "
+                              f"{', '.join(repr(p) for p in cfg.REFRESH_POLICIES)}.")
+    return policy
+
+
+def check_policy(table: MaterializedTable, rule: Callable[[MaterializedTable], Rule]) -> None:
+    """A table whose policy is 'incremental' must have a query the delta rules maintain."""
+    if refresh_policy(table.options) != "incremental":
+        return
+    found = rule(table)
+    if isinstance(found, Recompute):
+        reason = found.reason
+        raise ValidationError(f"Materialized table {table.identifier} has '{cfg.REFRESH_POLICY}' = "
+                              f"'incremental', but its query cannot be maintained incrementally: {reason}. "
+                              f"Set '{cfg.REFRESH_POLICY}' to 'auto' or 'full', or change the query.")
 
 
 def check_reserved(table: MaterializedTable, new: Mapping[str, str], keys: list[str]) -> None:

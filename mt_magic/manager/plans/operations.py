@@ -12,7 +12,7 @@ from mt_magic.manager.backfill import backfill, schedule_times
 from mt_magic.manager.explain import explain_create, explain_refresh
 from mt_magic.manager.lifecycle import Lifecycle
 from mt_magic.manager.pipelines import Pipelines
-from mt_magic.manager.plans.definitions import check_reserved
+from mt_magic.manager.plans.definitions import check_policy, check_reserved, refresh_policy
 from mt_magic.manager.plans.plan import Family, Plan, planned
 from mt_magic.manager.runs import check_partition_spec
 from mt_magic.manager.schema import check_formatters
@@ -57,6 +57,8 @@ class Operations(Family):
         options = {**table.options, **statement.options}
         check_reserved(table, options, list(statement.options))
         check_formatters(options, table.partition_keys, table.columns)
+        refresh_policy(options)
+        check_policy(table.evolve(options=options), self.pipelines.runs.maintainer.rule)
         return planned(f"would set {len(statement.options)} option(s) of {table.identifier}",
                        lambda: self.lifecycle.set_options(table, dict(statement.options)))
 

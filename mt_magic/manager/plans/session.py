@@ -71,7 +71,8 @@ class SessionStatements(Family):
             return self._spark(statement)
         return planned(f"would describe {identifier}", lambda: Result.table(
             ["col_name", "data_type", "comment"],
-            describe_rows(table, statement.extended, self.pipelines.next_refresh(table))))
+            describe_rows(table, statement.extended, self.pipelines.next_refresh(table),
+                          self.pipelines.runs.maintainer.technique(table))))
 
     def _set(self, statement: st.SetOption) -> Plan:
         key, value = statement.key, statement.value
