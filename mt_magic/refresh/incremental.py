@@ -107,9 +107,7 @@ class Maintainer:
         known = self._rules.get(table.identifier)
         if known is not None and known[0] == table.definition_query:
             return known[1]
-        calls = volatile(table)
-        rule = Recompute(f"the non-deterministic function {calls[0].upper()}") if calls else \
-            maintenance(table.definition_query)
+        rule = _unjudged(table)
         if not isinstance(rule, Recompute):
             rule = self._judged(table, rule)
         self._rules[table.identifier] = (table.definition_query, rule)
@@ -159,13 +157,14 @@ class Maintainer:
             self._schemas[source] = (time.monotonic(), schema)
         return Reading(provider, schema, {}, facts.partition_columns)
 
-    def technique(self, table: MaterializedTable) -> str:
-        """What a refresh after appends to the sources does, and how (DESCRIBE, EXPLAIN)."""
+    def technique(self, table: MaterializedTable, judged: bool = True) -> str:
+        """What a refresh after appends to the sources does, and how (DESCRIBE, EXPLAIN). Not `judged`:
+        by the rules alone, without asking Spark (a CREATE's summary, which must stay cheap)."""
         if table.streams:
             return "stream: Spark Structured Streaming maintains it"
         if table.options.get(REFRESH_POLICY) == "full":
             return f"full: '{REFRESH_POLICY}' = 'full'"
-        return self.rule(table).describe()
+        return (self.rule(table) if judged else _unjudged(table)).describe()
 
     def choose(self, table: MaterializedTable, changes: dict[str, SourceDelta],
                manifest: Manifest | None, rebuild: bool = False) -> Choice:
@@ -285,6 +284,13 @@ class Maintainer:
             raise
         self.storage.written(version)
         return published
+
+
+def _unjudged(table: MaterializedTable) -> Rule:
+    """The rule by syntax alone (Spark has not yet read what it writes)."""
+    calls = volatile(table)
+    return Recompute(f"the non-deterministic function {calls[0].upper()}") if calls else \
+        maintenance(table.definition_query)
 
 
 class _Names:

@@ -47,7 +47,8 @@ class Definitions(Family):
         if table.refresh_mode == CONTINUOUS:
             table = self.pipelines.streams.strategy(table)
             strategy = f", {table.refresh_strategy}"
-        technique = "" if table.streams else f", refresh technique {self.pipelines.runs.maintainer.technique(table)}"
+        technique = "" if table.streams else \
+            f", refresh technique {self.pipelines.runs.maintainer.technique(table, judged=False)}"
         return planned(f"would create materialized table {identifier}, refresh mode {table.refresh_mode}"
                        f"{strategy}, freshness {table.freshness}{technique}", lambda: self.lifecycle.provision(table))
 
