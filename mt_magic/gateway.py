@@ -170,7 +170,7 @@ class Gateway:
     def describe(self, name: str) -> dict:
         table = self._ws.load(self._ws.name(name))
         return describe_dict(table, self.pipelines.next_refresh(table),
-                             self.pipelines.runs.maintainer.technique(table))
+                             self.pipelines.runs.chooser.technique(table))
 
     def refresh(self, name: str, schedule_time: str | None = None,
                 partition: Mapping[str, str] | None = None) -> Result:
@@ -187,7 +187,9 @@ class Gateway:
 
     def history(self, name: str | None = None, limit: int | None = None) -> list[dict]:
         """Refreshes newest first (of one table, or of all): table, trigger, schedule_time, started,
-        finished, outcome, rows, partitions, error and the runner (host, pid, application id)."""
+        finished, outcome, rows, partitions, error, technique and reason, what each source did, what
+        'auto' weighed (estimate), the rows and bytes an incremental refresh read of the appended files
+        (delta_rows, delta_bytes) and the runner (host, pid, application id)."""
         identifier = ".".join(self._ws.identifier(self._ws.name(name))) if name else None
         return self.pipelines.runs.history.entries(identifier, limit)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -170,3 +171,18 @@ def test_times_show_in_the_session_time_zone_as_schedules_do(spark, gw, sales, b
         assert shown in cells(board(), "t")
     finally:
         spark.conf.unset("spark.sql.session.timeZone")
+
+
+def test_the_refresh_chart_colours_each_run_by_its_technique(spark, gw, sales, board):
+    gw.execute("CREATE MATERIALIZED TABLE totals FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS "
+               "SELECT product_id, SUM(amount) AS total FROM sales GROUP BY product_id")
+    spark.sql("INSERT INTO sales VALUES ('2024-01-03', 1, 2.0)")
+    gw.refresh("totals", schedule_time="2030-01-01 00:00:00")
+    gw.refresh("totals", schedule_time="2030-01-02 00:00:00")
+    spark.sql("INSERT OVERWRITE sales VALUES ('2024-01-04', 1, 2.0)")
+    gw.refresh("totals", schedule_time="2030-01-03 00:00:00")
+    chart = board(gw.describe("totals")["identifier"]).detail.value
+    techniques = [e["technique"] for e in reversed(gw.history("totals"))]
+    assert techniques == ["full", "incremental", "skip", "full"]
+    assert re.findall(r"class='mt-bar' data-technique='(\w+)'", chart) == techniques
+    assert "was rewritten</title>" in chart      # a full refresh's bar says why

@@ -8,7 +8,8 @@ UNION ALL, an inner join, GROUP BY with COUNT/SUM/AVG/MIN/MAX and HAVING, a glob
 under GROUP BY, COUNT(DISTINCT) with HAVING, top-N per key (ROW_NUMBER in a subquery, RANK over a
 join with QUALIFY), a chain of materialized tables (linear over linear, aggregate over linear) and a
 partitioned table. The sources hold NULL keys and values and duplicate rows; `sales` is partitioned
-(NULL partition values included)."""
+(NULL partition values included). Every table has `'refresh.policy' = 'incremental'`: these tiny sources
+would often make `auto`'s cost rule recompute (tests/test_cost.py), and what is tested here is the rules."""
 
 from __future__ import annotations
 
@@ -106,8 +107,8 @@ def tables(spark, gw):
     spark.sql("CREATE TABLE dim (id INT, name STRING) USING parquet")
     for name, (query, _) in SHAPES.items():
         partitioned = f"PARTITIONED BY ({PARTITIONED[name]}) " if name in PARTITIONED else ""
-        gw.execute(f"CREATE MATERIALIZED TABLE {name} {partitioned}FRESHNESS = INTERVAL '1' DAY "
-                   f"REFRESH_MODE = FULL AS {query}")
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} {partitioned}WITH ('refresh.policy' = 'incremental') "
+                   f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
     return gw
 
 

@@ -73,6 +73,9 @@ class RefreshEntry:
     reason: str | None = None       # why it ran as it did (a coalesced fire: into which)
     technique: Technique | None = None
     sources: dict[str, str] = field(default_factory=dict)   # source → what it did (appended 2 files, …)
+    estimate: str | None = None     # what 'auto' weighed: each technique's expected bytes
+    delta_rows: int | None = None   # an incremental refresh: rows read of the appended files
+    delta_bytes: int | None = None  # … and their bytes
 
 
 class RefreshHistory:

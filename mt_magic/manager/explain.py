@@ -25,20 +25,24 @@ def explain_refresh(pipelines: Pipelines, table: MaterializedTable, spec: dict[s
     comparison = compare(table.source_snapshot, snapshot, bool(volatile(table)))
     manifest = runs.manifests.read(table.storage.root, table.source_snapshot)
     changes = deltas(manifest.listings if manifest else None, files, runs.snapshots.relatives(table))
-    choice = runs.maintainer.choose(table, changes, manifest)
+    choice = runs.chooser.choose(table, changes, manifest)
     rows = [("table", table.identifier),
             ("refresh mode", f"{table.refresh_mode} ({strategy_text(table)})" if table.refresh_strategy
              else str(table.refresh_mode)),
             ("change detection", change_detection(table)),
             ("refresh policy", table.options.get(cfg.REFRESH_POLICY, "auto"))]
+    chosen = runs.chooser.technique(table) if choice.incremental else f"full: {choice.reason}"
     for source in table.source_tables:
-        state = _source_state(table.source_snapshot.get(source), snapshot[source])
-        rows.append((f"source {source}", state if changes[source].change is not SourceChange.APPENDED
-                     else f"{changes[source].describe()} → {runs.maintainer.technique(table)}"))
+        change = changes[source].change
+        rows.append((f"source {source}", f"{changes[source].describe()} → {chosen}" if change is SourceChange.APPENDED
+                     else "rewritten → full" if change is SourceChange.REWRITTEN
+                     else _source_state(table.source_snapshot.get(source), snapshot[source])))
+    if choice.estimate is not None:
+        rows.append(("cost estimate", choice.estimate.describe()))
     if comparison.change is Change.NONE:
         scheduled = "would skip: no source changed since the table last matched them"
     elif choice.incremental:
-        scheduled = f"would refresh {runs.maintainer.technique(table)}"
+        scheduled = f"would refresh {runs.chooser.technique(table)}"
     elif comparison.change is Change.PARTITIONS:
         scheduled = f"would recompute partitions {comparison.key} in ({', '.join(comparison.values)})"
     else:
@@ -48,7 +52,7 @@ def explain_refresh(pipelines: Pipelines, table: MaterializedTable, spec: dict[s
     what = ", ".join(f"{k}={v}" for k, v in spec.items()) or "the whole table"
     rows.append(("this REFRESH", f"would rewrite {what} (a refresh asked for runs whatever changed)"
                  if spec or comparison.change is Change.NONE or not choice.incremental
-                 else f"would refresh {runs.maintainer.technique(table)}"))
+                 else f"would refresh {runs.chooser.technique(table)}"))
     frame = spark_call(lambda: refresh_frame(pipelines.ws.spark, table, target), table.identifier)
     rows.append(("Spark plan", physical_plan(frame)))
     return Result.table(COLUMNS, rows, message=f"{table.identifier}: a scheduled refresh now {scheduled}.")

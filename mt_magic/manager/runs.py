@@ -18,9 +18,10 @@ from mt_magic.errors import ExecutionError, MaterializedTableError, TableNotFoun
 from mt_magic.manager.failures import cleared
 from mt_magic.manager.workspace import Workspace
 from mt_magic.incremental.rules import Recompute
-from mt_magic.refresh.changes import Change, SourceDelta, Snapshots, compare, deltas, volatile
+from mt_magic.refresh.changes import Change, SourceChange, SourceDelta, Snapshots, compare, deltas, volatile
 from mt_magic.refresh.full import run_refresh
-from mt_magic.refresh.incremental import Choice, Maintained, Maintainer
+from mt_magic.refresh.choice import Choice, Chooser
+from mt_magic.refresh.incremental import Maintained, Maintainer
 from mt_magic.storage.manifests import Manifest, Manifests
 from mt_magic.spark.catalog import refresh_listings
 from mt_magic.spark.commands import alongside
@@ -39,7 +40,8 @@ class Runs:
         self.ws = ws
         self.snapshots = Snapshots(ws.spark, ws.storage.files, ws.store, ws.analyzer)
         self.manifests = Manifests(ws.storage.files)
-        self.maintainer = Maintainer(ws.spark, ws.storage, self.snapshots)
+        self.chooser = Chooser(ws.spark, ws.storage.files, self.snapshots)
+        self.maintainer = Maintainer(ws.spark, ws.storage)
         self.history = RefreshHistory(ws.store.path, int(ws.options.get(cfg.HISTORY_RETENTION)))
         self.running: set[str] = set()
         self.matched: dict[str, float] = {}    # table → epoch seconds a skip last found its sources unchanged
@@ -80,7 +82,7 @@ class Runs:
             sources = {name: delta.describe() for name, delta in changes.items()} \
                 if comparison.change is not Change.NONE else {}
             whole = not spec and trigger is not Trigger.BACKFILL
-            choice = self.maintainer.choose(current, changes, manifest, rebuild=comparison.change is Change.NONE
+            choice = self.chooser.choose(current, changes, manifest, rebuild=comparison.change is Change.NONE
                                             and not only_changed) if whole else None
             if comparison.change is not Change.NONE:
                 self.snapshots.forget(current)      # a changed source may have moved: asked again next time
@@ -98,7 +100,7 @@ class Runs:
                 outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.FAILED, None,
                                          target.describe(), schedule_time, message)
                 self.ws.store.update(identifier, lambda t: t.with_refresh(outcome))
-                self.record(current, trigger, outcome, technique, sources, reason)
+                self.record(current, trigger, outcome, technique, sources, reason, weighed(choice))
                 if isinstance(error, MaterializedTableError):
                     raise ExecutionError(f"Refreshing the materialized table {identifier} failed: "
                                          f"{message}") from None
@@ -117,7 +119,8 @@ class Runs:
             updated = self.ws.store.update(identifier, lambda t: cleared(t.with_refresh(
                 outcome, storage=result.storage, source_snapshot=matched, published_at=now_iso())))
             self.manifests.keep_only(root, matched)
-            self.record(current, trigger, outcome, technique, sources, reason)
+            self.record(current, trigger, outcome, technique, sources, reason,
+                        weighed(choice) | delta_read(technique, changes, maintained))
             if self.owner:       # leftovers are the owner's to sweep, never a client's
                 self.ws.storage.sweep(updated, self.ws.retention_s(), just_published=True)
             return updated, outcome
@@ -144,14 +147,16 @@ class Runs:
         return self.snapshots.take(table)[0] == snapshot
 
     def record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome, technique: Technique,
-               sources: dict[str, str] | None = None, reason: str | None = None) -> None:
+               sources: dict[str, str] | None = None, reason: str | None = None,
+               measures: dict | None = None) -> None:
+        """`measures`: what the cost rule weighed, and the rows and bytes read of the appended files."""
         identifier = table.identifier
         finished = now_iso()
         self.history.record(RefreshEntry(
             identifier, trigger, outcome.schedule_time, outcome.started_at, finished, outcome.outcome,
             outcome.rows, self.runner(), outcome.partition, outcome.error,
             self._lag(identifier, outcome, finished), freshness_s(table), reason=reason, technique=technique,
-            sources=sources or {}))
+            sources=sources or {}, **(measures or {})))
         log.info("Refresh of %s (%s%s): %s, %s rows in %.2f s%s", identifier, trigger,
                  f" {outcome.schedule_time}" if outcome.schedule_time else "", outcome.outcome,
                  outcome.rows if outcome.rows is not None else "no", outcome.duration_s,
@@ -192,6 +197,19 @@ class Runs:
         last = next((e for e in self.history.entries(identifier, 200)
                      if e["outcome"] in (Outcome.SUCCEEDED, Outcome.SKIPPED)), None)
         return _seconds_between(last["started"], finished) if last else None
+
+
+def weighed(choice: Choice | None) -> dict:
+    return {"estimate": choice.estimate.describe()} if choice is not None and choice.estimate else {}
+
+
+def delta_read(technique: Technique, changes: dict[str, SourceDelta], maintained: Maintained) -> dict:
+    """An incremental refresh's reading of the appended files: rows counted as they were read, bytes
+    from the listings."""
+    if technique is not Technique.INCREMENTAL:
+        return {}
+    return {"delta_rows": maintained.delta_rows,
+            "delta_bytes": sum(d.added_bytes for d in changes.values() if d.change is SourceChange.APPENDED)}
 
 
 def freshness_s(table: MaterializedTable) -> float:

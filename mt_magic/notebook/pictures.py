@@ -15,6 +15,10 @@ COLOURS = {                     # fill, border: fresh, stale, suspended, refresh
     "fresh": ("#e8f5e9", "#2e7d32"), "stale": ("#fdecea", "#c0392b"), "suspended": ("#f1f1f1", "#7f8c8d"),
     "refreshing": ("#e3f2fd", "#1565c0"), "source": ("#ffffff", "#b0b0b0"),
 }
+TECHNIQUE_COLOURS = {           # a refresh's bar: how it ran (a failure is red whatever it tried)
+    "incremental": "#43a047", "skip": "#cfd8dc", "partitions": "#1e88e5", "full": "#fb8c00",
+    "stream": "#8e24aa", "failed": "#c0392b",
+}
 
 
 def state_of(status: TableStatus) -> str:
@@ -75,8 +79,9 @@ def graph_svg(statuses: Sequence[TableStatus]) -> str:
 
 
 def history_svg(history: Sequence[Refresh], freshness: timedelta, width: int = 360, height: int = 90) -> str:
-    """Bars: each refresh's duration (red when it failed); dots: the data's age when it ended;
-    the dashed line: the freshness."""
+    """Bars: each refresh's duration, coloured by its technique (a table that keeps recomputing in
+    full shows orange at a glance; red when it failed); dots: the data's age when it ended; the dashed
+    line: the freshness."""
     limit = freshness.total_seconds()
     values = [max(r.duration_s, r.lag_s or 0.0) for r in history]
     top = max(values + [limit]) * 1.1 or 1.0
@@ -87,16 +92,18 @@ def history_svg(history: Sequence[Refresh], freshness: timedelta, width: int = 3
     parts = [f"<line x1='0' y1='{y(limit)}' x2='{width}' y2='{y(limit)}' stroke='#c0392b' stroke-dasharray='4 3'/>"]
     for index, refresh in enumerate(history):
         x = round(index * step + step * 0.15, 1)
-        colour = "#c0392b" if refresh.outcome == "FAILED" else "#90a4ae"
-        parts.append(f"<rect class='mt-bar' x='{x}' y='{y(refresh.duration_s)}' width='{round(step * 0.7, 1)}' "
-                     f"height='{round(height - y(refresh.duration_s), 1)}' fill='{colour}'>"
-                     f"<title>{_e(refresh.target)}, {refresh.duration_s:.2f} s"
-                     f"{' (failed)' if refresh.outcome == 'FAILED' else ''}</title></rect>")
+        kind = "failed" if refresh.outcome == "FAILED" else refresh.technique or "full"
+        why = f": {refresh.reason}" if refresh.reason and kind not in ("incremental", "skip") else ""
+        parts.append(f"<rect class='mt-bar' data-technique='{_e(kind)}' x='{x}' y='{y(refresh.duration_s)}' "
+                     f"width='{round(step * 0.7, 1)}' height='{round(height - y(refresh.duration_s), 1)}' "
+                     f"fill='{TECHNIQUE_COLOURS.get(kind, TECHNIQUE_COLOURS['full'])}'>"
+                     f"<title>{_e(refresh.target)}, {refresh.duration_s:.2f} s, {_e(kind)}{_e(why)}</title></rect>")
         if refresh.lag_s is not None:
             parts.append(f"<circle class='mt-lag' cx='{round(x + step * 0.35, 1)}' cy='{y(refresh.lag_s)}' r='3' "
                          f"fill='#1565c0'><title>data age {refresh.lag_s:.2f} s</title></circle>")
     return (f"<svg xmlns='http://www.w3.org/2000/svg' class='mt-chart' width='{width}' height='{height}' role='img'>"
-            f"<title>Recent refreshes: duration (bars), data age (dots), freshness {limit:g} s (dashed)</title>"
+            f"<title>Recent refreshes: duration (bars: green incremental, orange full, blue partitions, grey "
+            f"skip, purple stream, red failed), data age (dots), freshness {limit:g} s (dashed)</title>"
             + "".join(parts) + "</svg>")
 
 

@@ -21,6 +21,8 @@ class Refresh:
     target: str                        # 'whole table', 'ds=2024-01-02', 'batch'
     error: str | None = None
     lag_s: float | None = None         # the data's age when it ended
+    technique: str | None = None       # skip, incremental, partitions, full, stream
+    reason: str | None = None          # why it ran as it did
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ def _from_entry(entry: dict) -> Refresh:
     target = "batch" if entry["trigger"] == "batch" else \
         ", ".join(f"{k}={v}" for k, v in (entry.get("partitions") or {}).items()) or "whole table"
     return Refresh(started, (finished - started).total_seconds(), entry.get("rows"), Outcome(entry["outcome"]),
-                   target, entry.get("error"), entry.get("lag_s"))
+                   target, entry.get("error"), entry.get("lag_s"), entry.get("technique"), entry.get("reason"))
 
 
 def _handler_text(handler: RefreshHandler | None) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
@@ -26,10 +27,11 @@ def query_frame(spark: Any, query: str) -> Any:
     return DataFrame(SQL(query), spark)
 
 
-def counting_rows(frame: Any) -> tuple[Any, Callable[[], int]]:
+def counting_rows(frame: Any, unreported: int | None = 0) -> tuple[Any, Callable[[], int | None]]:
     """The frame, counting the rows that pass through it for free (an observation), and how to read
-    the count once an action ran. Connect's `observe` asks the server whether the frame streams
-    first: a batch frame is observed without that question."""
+    the count once an action ran (`unreported` where no count came back: over Connect a write reports
+    only the observations of the frame it writes). Connect's `observe` asks the server whether the
+    frame streams first: a batch frame is observed without that question."""
     observation = Observation(f"rows_{time.monotonic_ns()}")
     count = F.count(F.lit(1)).alias("rows")
     if not is_connect(frame.sparkSession):
@@ -39,7 +41,17 @@ def counting_rows(frame: Any) -> tuple[Any, Callable[[], int]]:
         from pyspark.sql.connect.dataframe import DataFrame
         observation._result = {}          # what Connect's `observe` sets before the action fills it
         observed = DataFrame(plan.CollectMetrics(frame._plan, observation, [count]), frame.sparkSession)
-    return observed, lambda: int(observation.get.get("rows", 0))
+    return observed, lambda: _observed_rows(observation, unreported)
+
+
+def _observed_rows(observation: Observation, unreported: int | None) -> int | None:
+    """The rows counted. Where the optimizer removed the observed relation (an input joined with an
+    empty one is never read) the classic session's observation holds no row to read."""
+    try:
+        rows = observation.get.get("rows")
+    except Py4JJavaError:
+        return unreported
+    return unreported if rows is None else int(rows)
 
 
 def files_frame(spark: Any, fmt: str, schema: Any, options: dict[str, str], files: Sequence[str],

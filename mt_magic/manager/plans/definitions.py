@@ -42,13 +42,13 @@ class Definitions(Family):
             table = self._new_table(statement, catalog, database, name)
         finally:    # the name's errors come before the query's
             _check_free(lookup.result(), statement.or_alter, catalog, database, name)
-        check_policy(table, self.pipelines.runs.maintainer.rule)
+        check_policy(table, self.pipelines.runs.chooser.rule)
         strategy = ""
         if table.refresh_mode == CONTINUOUS:
             table = self.pipelines.streams.strategy(table)
             strategy = f", {table.refresh_strategy}"
         technique = "" if table.streams else \
-            f", refresh technique {self.pipelines.runs.maintainer.technique(table, judged=False)}"
+            f", refresh technique {self.pipelines.runs.chooser.technique(table, judged=False)}"
         return planned(f"would create materialized table {identifier}, refresh mode {table.refresh_mode}"
                        f"{strategy}, freshness {table.freshness}{technique}", lambda: self.lifecycle.provision(table))
 
@@ -130,7 +130,7 @@ class Definitions(Family):
                            lambda: Result.ok(f"Materialized table {table.identifier} is unchanged."))
         appended = self._appended(table, statement.query, analyzed, schema.columns, changes)
         check_policy(table.evolve(definition_query=analyzed.definition_query, options=changes["options"]),
-                     self.pipelines.runs.maintainer.rule)
+                     self.pipelines.runs.chooser.rule)
         return planned(f"would alter materialized table {table.identifier}",
                        lambda: self.lifecycle.create_or_alter(table, statement.query, analyzed, appended,
                                                               changes, decision))

@@ -58,7 +58,7 @@ class Operations(Family):
         check_reserved(table, options, list(statement.options))
         check_formatters(options, table.partition_keys, table.columns)
         refresh_policy(options)
-        check_policy(table.evolve(options=options), self.pipelines.runs.maintainer.rule)
+        check_policy(table.evolve(options=options), self.pipelines.runs.chooser.rule)
         return planned(f"would set {len(statement.options)} option(s) of {table.identifier}",
                        lambda: self.lifecycle.set_options(table, dict(statement.options)))
 

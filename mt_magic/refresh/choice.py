@@ -1,0 +1,190 @@
+"""Which technique a table's next whole refresh uses, and why: the delta rule of its query (judged
+by Spark once per definition), whether its sources' files can be read alone, what they did since the
+published data was computed, and — under `'refresh.policy' = 'auto'` — whether maintaining it from the
+change is expected to cost less than recomputing it (`mt_magic.incremental.cost`)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import types as T
+
+from mt_magic.catalog.model import MaterializedTable
+from mt_magic.config import REFRESH_POLICY
+from mt_magic.errors import MaterializedTableError
+from mt_magic.incremental.cost import Estimate, SourceBytes, estimate
+from mt_magic.incremental.relations import Version
+from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
+from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots, volatile
+from mt_magic.spark.analysis import analysed_operators
+from mt_magic.spark.errors import spark_call
+from mt_magic.spark.files import Files
+from mt_magic.spark.frames import query_frame, query_over
+from mt_magic.spark.types import type_from_json
+from mt_magic.sql.statements import quote_identifier
+from mt_magic.storage.formats import data_source_options
+from mt_magic.storage.manifests import Manifest
+
+READABLE_FORMATS = ("parquet", "orc")      # a plain source's files read alone with no options
+SCHEMA_TTL_S = 30.0
+STATEFUL = (Aggregate, DistinctCount, TopN)        # the rules that keep a state beside the data
+Stateful = Aggregate | DistinctCount | TopN
+# What Spark may make of a linear query and still add rows only as its sources do.
+_NOT_LINEAR = {"Aggregate", "Window", "WindowGroupLimit", "Distinct", "Deduplicate", "GlobalLimit", "LocalLimit",
+               "Offset", "Sort", "Sample", "Except", "Intersect", "Expand", "Join LeftOuter", "Join RightOuter",
+               "Join FullOuter", "Join LeftSemi", "Join LeftAnti", "Join ExistenceJoin"}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How a source's files are read alone."""
+
+    format: str
+    schema: T.StructType
+    options: dict[str, str]
+    partition_columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How the next whole refresh runs, and why not incrementally when it does not."""
+
+    rule: Rule
+    incremental: bool
+    reason: str | None = None
+    readings: dict[str, Reading] = field(default_factory=dict)
+    estimate: Estimate | None = None        # what the cost rule weighed, where it did
+
+    @property
+    def keeps_state(self) -> bool:
+        """A full refresh that computes the state too (from exactly the files listed)."""
+        return not self.incremental and isinstance(self.rule, STATEFUL) and bool(self.readings)
+
+
+class Chooser:
+    """The rules of this process's tables, judged by Spark once per definition, and each refresh's
+    technique."""
+
+    def __init__(self, spark: Any, files: Files, snapshots: Snapshots) -> None:
+        self.spark = spark
+        self.files = files
+        self.snapshots = snapshots
+        self._rules: dict[str, tuple[str, Rule]] = {}
+        self._schemas: dict[str, tuple[float, T.StructType]] = {}
+
+    def rule(self, table: MaterializedTable) -> Rule:
+        known = self._rules.get(table.identifier)
+        if known is not None and known[0] == table.definition_query:
+            return known[1]
+        rule = _unjudged(table)
+        if not isinstance(rule, Recompute):
+            rule = self._judged(table, rule)
+        self._rules[table.identifier] = (table.definition_query, rule)
+        return rule
+
+    def _judged(self, table: MaterializedTable, rule: Linear | Stateful) -> Rule:
+        """Spark's reading of what the rule wrote: a rule is trusted only where Spark agrees."""
+        def real(i: int, _version: Version) -> str:
+            return ".".join(quote_identifier(p) for p in rule.sources[i].split(".", 2))
+        try:
+            if isinstance(rule, Linear):
+                found = analysed_operators(query_frame(self.spark, table.definition_query)) & _NOT_LINEAR
+                return Recompute(f"Spark plans it with {sorted(found)[0]}") if found else rule
+            state = query_frame(self.spark, rule.state(real))
+            schema = spark_call(lambda: state.schema, "Analysing the state")
+            if isinstance(rule, Aggregate) and any(
+                    isinstance(schema.fields[len(rule.keys) + j].dataType, T.DecimalType) for j in rule.averaged):
+                return Recompute("AVG of a DECIMAL (its rounding is recomputed, not merged)")
+            probe = f"mt_state_{uuid.uuid4().hex[:10]}"      # the state's schema, with no plan of its own
+            with query_over(self.spark, rule.output(probe, table.query_columns),
+                            {probe: self.spark.createDataFrame([], schema)}) as out:
+                found = analysed_operators(out) & ({"Window"} if isinstance(rule, DistinctCount)
+                                                   else {"Aggregate", "Window"})
+            return Recompute("an output expression that is not a group key or a merged aggregate") if found else rule
+        except MaterializedTableError as error:
+            return Recompute(f"its delta does not analyse ({str(error).splitlines()[0][:120]})")
+
+    def reading(self, source: str) -> Reading | str:
+        """How `source`'s files are read alone, or why they cannot be."""
+        upstream = self.snapshots.store.get(source)
+        if upstream is not None:
+            columns = upstream.columns
+            keys = {k.lower() for k in upstream.partition_keys}
+            ordered = [c for c in columns if c.name.lower() not in keys] + \
+                [c for k in upstream.partition_keys for c in columns if c.name.lower() == k.lower()]
+            schema = T.StructType([T.StructField(c.name, type_from_json(c.type_json), True) for c in ordered])
+            return Reading(upstream.storage.format, schema, data_source_options(upstream.options),
+                           upstream.partition_keys)
+        facts = self.snapshots.facts(source)
+        provider = (facts.provider or "").lower() if facts else ""
+        if provider not in READABLE_FORMATS:
+            return f"{source} is stored as {provider or 'a relation that is not files'}"
+        stamp, schema = self._schemas.get(source, (0.0, None))
+        if schema is None or time.monotonic() - stamp > SCHEMA_TTL_S:
+            quoted = ".".join(quote_identifier(p) for p in source.split(".", 2))
+            schema = spark_call(lambda: self.spark.table(quoted).schema, f"Reading the schema of {source}")
+            self._schemas[source] = (time.monotonic(), schema)
+        return Reading(provider, schema, {}, facts.partition_columns)
+
+    def technique(self, table: MaterializedTable, judged: bool = True) -> str:
+        """What a refresh after appends to the sources does, and how (DESCRIBE, EXPLAIN). Not `judged`:
+        by the rules alone, without asking Spark (a CREATE's summary, which must stay cheap)."""
+        if table.streams:
+            return "stream: Spark Structured Streaming maintains it"
+        if table.options.get(REFRESH_POLICY) == "full":
+            return f"full: '{REFRESH_POLICY}' = 'full'"
+        return (self.rule(table) if judged else _unjudged(table)).describe()
+
+    def choose(self, table: MaterializedTable, changes: dict[str, SourceDelta],
+               manifest: Manifest | None, rebuild: bool = False) -> Choice:
+        """Incremental when the rule holds, every source is unchanged or appended and can be read
+        alone, and an aggregate's state is at hand; otherwise full, saying why. `rebuild`: asked to
+        refresh with no source changed, which recomputes (a user's way to rebuild the data)."""
+        rule = self.rule(table)
+        if table.options.get(REFRESH_POLICY) == "full":
+            return Choice(rule, False, f"'{REFRESH_POLICY}' = 'full'")
+        if isinstance(rule, Recompute):
+            return Choice(rule, False, rule.reason)
+        readings: dict[str, Reading] = {}
+        for source in dict.fromkeys(rule.sources):
+            reading = self.reading(source)
+            if isinstance(reading, str):
+                return Choice(rule, False, reading)
+            readings[source] = reading
+        if rebuild:
+            return Choice(rule, False, "no source changed: a manual refresh recomputes", readings)
+        if manifest is None:
+            return Choice(rule, False, "the first refresh" if not table.source_snapshot else
+                          "no manifest of the files the published data read", readings)
+        for source in readings:
+            change = changes[source]
+            if change.change is SourceChange.REWRITTEN:
+                return Choice(rule, False, f"{source} was rewritten", readings)
+            if change.change is SourceChange.UNKNOWN:
+                return Choice(rule, False, f"no manifest of the files {source} had", readings)
+        if isinstance(rule, STATEFUL) and (manifest.state is None or not self.files.exists(manifest.state)):
+            return Choice(rule, False, "no state kept yet", readings)
+        if table.options.get(REFRESH_POLICY, "auto") != "auto" or \
+                all(d.change is not SourceChange.APPENDED for d in changes.values()):
+            return Choice(rule, True, None, readings)
+        weighed = self._estimate(rule, changes, manifest)
+        return Choice(rule, True, None, readings, weighed) if weighed.incremental_cheaper else \
+            Choice(rule, False, f"recomputing is expected to cost less ({weighed.describe()})", readings, weighed)
+
+    def _estimate(self, rule: Linear | Stateful, changes: dict[str, SourceDelta], manifest: Manifest) -> Estimate:
+        """The cost rule, over the bytes the listings and the state's files hold."""
+        branches = rule.occurrences if isinstance(rule, Linear) else (rule.occurrences,)
+        sources = {s: SourceBytes(d.total_bytes - d.added_bytes, d.added_bytes) for s, d in changes.items()}
+        state = sum(size for size, _ in self.files.listing(manifest.state).values()) \
+            if isinstance(rule, STATEFUL) else None
+        return estimate(branches, sources, state)
+
+
+def _unjudged(table: MaterializedTable) -> Rule:
+    """The rule by syntax alone (Spark has not yet read what it writes)."""
+    calls = volatile(table)
+    return Recompute(f"the non-deterministic function {calls[0].upper()}") if calls else \
+        maintenance(table.definition_query)

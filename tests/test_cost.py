@@ -1,0 +1,54 @@
+"""The cost rule of 'refresh.policy' = 'auto', by itself (no Spark): bytes each technique is expected to
+read and write, from the manifest's listings and the state's size."""
+
+from __future__ import annotations
+
+from mt_magic.incremental.cost import STATE_PASSES, SourceBytes, estimate, size_text
+
+MB = 1_000_000
+
+
+def test_an_append_to_one_source_reads_the_change_and_the_state():
+    found = estimate([("fact",)], {"fact": SourceBytes(old=300 * MB, added=3 * MB)}, state_bytes=MB // 10)
+    assert found.incremental == 3 * MB + STATE_PASSES * MB // 10
+    assert found.full == 303 * MB + MB // 10
+    assert found.incremental_cheaper
+
+
+def test_a_join_reads_the_other_side_by_the_bilinear_rule():
+    sources = {"fact": SourceBytes(300 * MB, 3 * MB), "dim": SourceBytes(MB, 0)}
+    linear = estimate([("fact", "dim")], sources, None)      # Δfact ⋈ dim (old)
+    assert (linear.incremental, linear.full) == (3 * MB + MB, 304 * MB)
+    both = estimate([("fact", "dim")], {"fact": SourceBytes(300 * MB, 3 * MB), "dim": SourceBytes(MB, MB)}, None)
+    # Δfact ⋈ dim (old) + fact (new) ⋈ Δdim: the whole fact table is read for the dimension's change
+    assert both.incremental == (3 * MB + MB) + (303 * MB + MB)
+    assert not both.incremental_cheaper
+
+
+def test_an_append_to_a_small_dimension_recomputes():
+    """Its change must be joined with the whole fact table, and the state merged on top."""
+    found = estimate([("fact", "dim")], {"fact": SourceBytes(300 * MB, 0), "dim": SourceBytes(MB, MB // 2)},
+                     state_bytes=40 * MB)
+    assert found.incremental == 300 * MB + MB // 2 + STATE_PASSES * 40 * MB
+    assert found.full == 300 * MB + MB + MB // 2 + 40 * MB
+    assert not found.incremental_cheaper
+    assert "incremental ≈ 380.5 MB, full ≈ 341.5 MB" == found.describe()
+
+
+def test_union_all_branches_do_not_join_each_other():
+    sources = {"a": SourceBytes(10 * MB, MB), "b": SourceBytes(50 * MB, 0)}
+    found = estimate([("a",), ("b",)], sources, None)
+    assert (found.incremental, found.full) == (MB, 61 * MB)
+
+
+def test_a_tie_keeps_maintaining_and_a_loss_recomputes():
+    """A state as large as the source (top-N where every key holds fewer than N rows): a tie."""
+    tie = estimate([("t",)], {"t": SourceBytes(10 * MB, MB)}, state_bytes=10 * MB)
+    assert tie.incremental == 21 * MB and tie.full == 21 * MB and tie.incremental_cheaper
+    loss = estimate([("t",)], {"t": SourceBytes(10 * MB, MB)}, state_bytes=30 * MB)
+    assert loss.incremental > loss.full and not loss.incremental_cheaper
+
+
+def test_sizes_read_as_a_person_reads_them():
+    assert [size_text(n) for n in (0, 999, 1_000, 3_400, 120 * MB, 5_300 * MB, 2_000_000 * MB)] == \
+        ["0 B", "999 B", "1.0 KB", "3.4 KB", "120.0 MB", "5.3 GB", "2.0 TB"]
