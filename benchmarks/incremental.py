@@ -12,19 +12,27 @@ jobs each refresh started are printed (its job group's jobs).
 Then the seeds' shape (fact JOIN dim GROUP BY) as a CONTINUOUS table at FRESHNESS 2 s over the 30M
 rows, with a small append every second for a minute: p95 lag (append → visible) ≤ freshness + 2 s.
 
-    python benchmarks/incremental.py [rows]
+Then 'refresh.policy': over a fact table of a third of the rows (and a dimension of its own for the
+case where the dimension is appended to), each shape as three tables — 'auto', 'incremental' and
+'full' — refreshed after appends of 0.1 %, 1 %, 10 % and 50 % of the base rows (three rounds each but
+the last; the median counts). Printed per shape and delta: full ÷ incremental and what auto chose;
+auto must take at most 1.1× the better technique's time.
+
+    python benchmarks/incremental.py [rows] [shapes] [lag] [policy]     (no part named: all three)
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import sys
 import time
 
 from workload import exit_on_missed, open_gateway, timed
 
-ROWS = int(sys.argv[1]) if len(sys.argv) > 1 else 30_000_000
+ROWS = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 30_000_000
+PARTS = [a for a in sys.argv[1:] if not a.isdigit()] or ["shapes", "lag", "policy"]
 FILES = 24
 KEYS = 10_000
 SHAPES = {
@@ -41,9 +49,14 @@ LAG_FRESHNESS_S = 2
 LAG_SECONDS = 60
 
 
-def append(spark, start: int, rows: int, files: int) -> None:
-    """Rows [start, start + rows) of the fact table, as `files` new files."""
-    spark.sql(f"INSERT INTO fact SELECT id, CAST(id % {KEYS} AS INT) AS k, concat('c', CAST(id % 20 AS STRING)) AS cat, "
+POLICIES = ("auto", "incremental", "full")
+DELTAS = {0.001: 3, 0.01: 3, 0.1: 3, 0.5: 1}       # share of the base rows appended → rounds
+POLICY_CASES = {name: (name, "pfact") for name in SHAPES} | {"join_group, dim appended": ("join_group", "qdim")}
+
+
+def append(spark, start: int, rows: int, files: int, table: str = "fact") -> None:
+    """Rows [start, start + rows) of a fact table, as `files` new files."""
+    spark.sql(f"INSERT INTO {table} SELECT id, CAST(id % {KEYS} AS INT) AS k, concat('c', CAST(id % 20 AS STRING)) AS cat, "
               f"CAST((id * 7919) % 10000 AS DOUBLE) / 100 AS amount FROM range({start}, {start + rows}, 1, {files})")
 
 
@@ -91,45 +104,92 @@ def lag(spark, gateway) -> list[float]:
     return lags
 
 
-def main() -> None:
-    spark, gateway = open_gateway("incremental")
-    results: dict[str, dict] = {}
-    try:
-        spark.sql("CREATE TABLE fact (id BIGINT, k INT, cat STRING, amount DOUBLE) USING parquet")
-        spark.sql("CREATE TABLE dim (k INT, region STRING) USING parquet")
-        spark.sql(f"INSERT INTO dim SELECT CAST(id AS INT), concat('r', CAST(id % 50 AS STRING)) FROM range({KEYS})")
-        append(spark, 0, ROWS, FILES)
-        delta = ROWS // 100
-        for name, query in SHAPES.items():
-            gateway.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL "
-                            f"AS {query}")
-            spark.sql(f"CREATE TABLE plain_{name} USING parquet AS {query} LIMIT 0")
-        at = ROWS
-        append(spark, at, 1000, 1)          # a first incremental refresh and overwrite warm the JVM, untimed
-        at += 1000
-        for name, query in SHAPES.items():
-            gateway.execute(f"ALTER MATERIALIZED TABLE {name} REFRESH")
-            spark.sql(f"INSERT OVERWRITE plain_{name} {query}")
-        for phase in ("first", "doubled"):
-            if phase == "doubled":          # the fact table doubles; its tables catch up (untimed)
-                append(spark, at, ROWS, FILES)
-                at += ROWS
-                for name in SHAPES:
-                    gateway.execute(f"ALTER MATERIALIZED TABLE {name} REFRESH")
-            append(spark, at, delta, 2)
-            at += delta
-            for name, query in SHAPES.items():
-                took, jobs, entry = refreshed(spark, gateway, name)
-                assert entry["outcome"] == "SUCCEEDED" and entry["technique"] == "incremental", entry
-                assert equal(spark, name, query), f"{name} differs from its query"
-                plain = timed(lambda q=query, n=name: spark.sql(f"INSERT OVERWRITE plain_{n} {q}"))
-                results.setdefault(name, {})[phase] = (took, jobs, plain)
-        lags = lag(spark, gateway)
-    finally:
-        gateway.close()
-        spark.stop()
+def policy(spark, gateway, rows: int) -> dict[str, dict[float, dict[str, tuple[float, str]]]]:
+    """Per case and delta: each policy's median refresh time and the technique its last round ran."""
+    for fact, dim in (("pfact", "pdim"), ("qfact", "qdim")):
+        spark.sql(f"CREATE TABLE {fact} (id BIGINT, k INT, cat STRING, amount DOUBLE) USING parquet")
+        spark.sql(f"CREATE TABLE {dim} (k INT, region STRING) USING parquet")
+        spark.sql(f"INSERT INTO {dim} SELECT CAST(id AS INT), concat('r', CAST(id % 50 AS STRING)) FROM range({KEYS})")
+        append(spark, 0, rows, 8, fact)
+    names, queries = {}, {}
+    for index, (case, (shape, appended)) in enumerate(POLICY_CASES.items()):
+        fact, dim = ("pfact", "pdim") if appended == "pfact" else ("qfact", "qdim")
+        queries[case] = re.sub(r"\bdim\b", dim, re.sub(r"\bfact\b", fact, SHAPES[shape]))
+        for policy_name in POLICIES:
+            names[case, policy_name] = f"p{index}_{policy_name}"
+            gateway.execute(f"CREATE MATERIALIZED TABLE {names[case, policy_name]} WITH ('refresh.policy' = "
+                            f"'{policy_name}') FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {queries[case]}")
+    append(spark, rows, 1000, 1, "pfact")        # one untimed round warms the JVM for every table
+    spark.sql("INSERT INTO qdim VALUES (-1, 'warm')")
+    for name in names.values():
+        gateway.execute(f"ALTER MATERIALIZED TABLE {name} REFRESH")
+    at, dim_at, times = rows + 1000, KEYS, {}
+    for share, rounds in DELTAS.items():
+        for turn in range(rounds):
+            append(spark, at, max(1, int(rows * share)), 2, "pfact")
+            at += max(1, int(rows * share))
+            spark.sql(f"INSERT INTO qdim SELECT CAST(id AS INT), concat('r', CAST(id % 50 AS STRING)) "
+                      f"FROM range({dim_at}, {dim_at + max(1, int(KEYS * share))}, 1, 1)")
+            dim_at += max(1, int(KEYS * share))
+            for case in POLICY_CASES:
+                order = POLICIES[turn % 3:] + POLICIES[:turn % 3]     # no policy always runs first
+                for policy_name in order:
+                    took, _, entry = refreshed(spark, gateway, names[case, policy_name])
+                    assert entry["outcome"] == "SUCCEEDED", entry
+                    assert policy_name == "auto" or entry["technique"] == policy_name, entry
+                    times.setdefault((case, share, policy_name), []).append((took, entry["technique"]))
+        for case, query in queries.items():
+            for policy_name in POLICIES:
+                assert equal(spark, names[case, policy_name], query), f"{case} ({policy_name}) differs"
+    return {case: {share: {p: (statistics.median(t for t, _ in times[case, share, p]), times[case, share, p][-1][1])
+                           for p in POLICIES} for share in DELTAS} for case in POLICY_CASES}
 
-    targets = {}
+
+def report_policy(found: dict, targets: dict) -> None:
+    print(f"'refresh.policy' over {ROWS // 3:,} rows: per delta (share of the base rows appended), full ÷ "
+          "incremental, and auto's choice ÷ the better technique (target <= 1.1)")
+    for case, by_share in found.items():
+        for share, times in by_share.items():
+            (auto, chose), (inc, _), (full, _) = times["auto"], times["incremental"], times["full"]
+            ratio = auto / min(inc, full)
+            targets[f"auto on {case} at {share:.1%}"] = ratio <= 1.1
+            print(f"{case:>25} {share:>6.1%}: incremental {inc:.3f} s, full {full:.3f} s (full ÷ incremental "
+                  f"{full / inc:.2f}); auto chose {chose} {auto:.3f} s = {ratio:.2f}x the better")
+
+
+def shapes(spark, gateway) -> dict[str, dict]:
+    """Per shape, for the first 1 % append and the one after the data doubled: (refresh time, its
+    Spark jobs, plain Spark's INSERT OVERWRITE time)."""
+    results: dict[str, dict] = {}
+    delta = ROWS // 100
+    for name, query in SHAPES.items():
+        gateway.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL "
+                        f"AS {query}")
+        spark.sql(f"CREATE TABLE plain_{name} USING parquet AS {query} LIMIT 0")
+    at = ROWS
+    append(spark, at, 1000, 1)          # a first incremental refresh and overwrite warm the JVM, untimed
+    at += 1000
+    for name, query in SHAPES.items():
+        gateway.execute(f"ALTER MATERIALIZED TABLE {name} REFRESH")
+        spark.sql(f"INSERT OVERWRITE plain_{name} {query}")
+    for phase in ("first", "doubled"):
+        if phase == "doubled":          # the fact table doubles; its tables catch up (untimed)
+            append(spark, at, ROWS, FILES)
+            at += ROWS
+            for name in SHAPES:
+                gateway.execute(f"ALTER MATERIALIZED TABLE {name} REFRESH")
+        append(spark, at, delta, 2)
+        at += delta
+        for name, query in SHAPES.items():
+            took, jobs, entry = refreshed(spark, gateway, name)
+            assert entry["outcome"] == "SUCCEEDED" and entry["technique"] == "incremental", entry
+            assert equal(spark, name, query), f"{name} differs from its query"
+            plain = timed(lambda q=query, n=name: spark.sql(f"INSERT OVERWRITE plain_{n} {q}"))
+            results.setdefault(name, {})[phase] = (took, jobs, plain)
+    return results
+
+
+def report_shapes(results: dict[str, dict], targets: dict) -> None:
     print(f"fact: {ROWS:,} rows in {FILES} files (doubled: {2 * ROWS:,}); each append: {ROWS // 100:,} rows")
     for name, phases in results.items():
         took, jobs, plain = phases["first"]
@@ -141,11 +201,43 @@ def main() -> None:
         print(f"{name:>10}: incremental {took:.3f} s ({jobs} Spark jobs) ÷ plain full {plain:.3f} s = {ratio:.3f} "
               f"(target <= 0.1, or <= 0.25 s under 2.5 s plain); doubled data: {doubled:.3f} s "
               f"({doubled_jobs} jobs; plain {doubled_plain:.3f} s) = {doubled / took:.2f}x the first (target <= 1.3)")
+
+
+def report_lag(lags: list[float], targets: dict) -> None:
     p95 = statistics.quantiles(lags, n=100, method="inclusive")[94]
     targets["CONTINUOUS join + group lag"] = p95 <= LAG_FRESHNESS_S + 2
-    print(f"CONTINUOUS {SEED_SHAPE!r} at FRESHNESS {LAG_FRESHNESS_S} s over {2 * ROWS:,}+ rows, an append a second "
+    print(f"CONTINUOUS {SEED_SHAPE!r} at FRESHNESS {LAG_FRESHNESS_S} s over {ROWS:,}+ rows, an append a second "
           f"for {LAG_SECONDS} s: lag p50 {statistics.median(lags):.2f} s, p95 {p95:.2f} s, max {max(lags):.2f} s "
           f"(target p95 <= {LAG_FRESHNESS_S + 2} s)")
+
+
+def main() -> None:
+    spark, gateway = open_gateway("incremental")
+    results, lags, policies = {}, [], {}
+    try:
+        if "policy" in PARTS:
+            policies = policy(spark, gateway, ROWS // 3)
+        if "shapes" in PARTS or "lag" in PARTS:
+            spark.sql("CREATE TABLE fact (id BIGINT, k INT, cat STRING, amount DOUBLE) USING parquet")
+            spark.sql("CREATE TABLE dim (k INT, region STRING) USING parquet")
+            spark.sql(f"INSERT INTO dim SELECT CAST(id AS INT), concat('r', CAST(id % 50 AS STRING)) "
+                      f"FROM range({KEYS})")
+            append(spark, 0, ROWS, FILES)
+        if "shapes" in PARTS:
+            results = shapes(spark, gateway)
+        if "lag" in PARTS:
+            lags = lag(spark, gateway)
+    finally:
+        gateway.close()
+        spark.stop()
+
+    targets: dict[str, bool] = {}
+    if results:
+        report_shapes(results, targets)
+    if lags:
+        report_lag(lags, targets)
+    if policies:
+        report_policy(policies, targets)
     exit_on_missed(targets)
 
 
