@@ -44,3 +44,4 @@ benchmark: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/history.py
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/tpch.py
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/incremental.py
+	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/completion.py

@@ -15,6 +15,8 @@ from hypothesis import settings
 from mt_magic import Gateway
 from mt_magic.session import local_session
 
+from helpers import kernels
+
 _counter = itertools.count()
 
 # Property tests: on CI a few dozen examples each, reproducible (derandomized), no deadline (a shared
@@ -65,3 +67,9 @@ def sales(spark, db):
               "('2024-01-02', 1, 7.0), ('2024-01-02', 2, 1.5)")
     return "sales"
 
+
+@pytest.fixture
+def kernel(tmp_path):
+    """Real kernels with the installed autoload and a store of their own: `kernel(**env)` starts one."""
+    with kernels(tmp_path) as start:
+        yield start

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from jupyter_client.manager import start_new_kernel
 
 
 def table_rows(spark, table: str) -> set[tuple]:
@@ -35,3 +40,44 @@ def published_partitions(spark, table: str) -> list[str]:
             raise
     location = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").first()[1]
     return sorted(name for name in os.listdir(location.removeprefix("file:")) if "=" in name)
+
+
+def run(client, code: str) -> tuple[str, str, dict | None]:
+    """The streams' text, the text/plain result and the error (ename, evalue) of one cell."""
+    out, result, error = [], "", None
+
+    def collect(message: dict) -> None:
+        nonlocal result, error
+        kind, content = message["msg_type"], message["content"]
+        if kind == "stream":
+            out.append(content["text"])
+        elif kind == "execute_result":
+            result = content["data"].get("text/plain", "")
+        elif kind == "error":
+            error = {"ename": content["ename"], "evalue": content["evalue"]}
+
+    client.execute_interactive(code, timeout=180, output_hook=collect)
+    return "".join(out), result, error
+
+
+@contextmanager
+def kernels(folder: Path) -> Iterator[Callable[..., object]]:
+    """`start(**env)`: a real kernel with the installed autoload, its IPython folder and catalog store
+    in `folder`; every one started is shut down at the end."""
+    started = []
+
+    def start(**env: str):
+        inherited = {k: v for k, v in os.environ.items() if k != "MT_MAGIC_NO_AUTOLOAD"}
+        environment = {**inherited, "IPYTHONDIR": str(folder / "ipython"), "SPARK_LOCAL_IP": "127.0.0.1",
+                       "MT_MAGIC_CATALOG_STORE": str(folder / "store" / "catalog.json"),
+                       "PYSPARK_PYTHON": sys.executable, **env}
+        manager, client = start_new_kernel(kernel_name="python3", env=environment, cwd=str(folder))
+        started.append((manager, client))
+        return client
+
+    try:
+        yield start
+    finally:
+        for manager, client in started:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)

@@ -2,48 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
-import pytest
-from jupyter_client.manager import start_new_kernel
-
-
-def run(client, code: str) -> tuple[str, str, dict | None]:
-    """The streams' text, the text/plain result and the error (ename, evalue) of one cell."""
-    out, result, error = [], "", None
-
-    def collect(message: dict) -> None:
-        nonlocal result, error
-        kind, content = message["msg_type"], message["content"]
-        if kind == "stream":
-            out.append(content["text"])
-        elif kind == "execute_result":
-            result = content["data"].get("text/plain", "")
-        elif kind == "error":
-            error = {"ename": content["ename"], "evalue": content["evalue"]}
-
-    client.execute_interactive(code, timeout=180, output_hook=collect)
-    return "".join(out), result, error
-
-
-@pytest.fixture
-def kernel(tmp_path):
-    started = []
-
-    def start(**env: str):
-        inherited = {k: v for k, v in os.environ.items() if k != "MT_MAGIC_NO_AUTOLOAD"}
-        environment = {**inherited, "IPYTHONDIR": str(tmp_path / "ipython"), "SPARK_LOCAL_IP": "127.0.0.1",
-                       "MT_MAGIC_CATALOG_STORE": str(tmp_path / "store" / "catalog.json"),
-                       "PYSPARK_PYTHON": sys.executable, **env}
-        manager, client = start_new_kernel(kernel_name="python3", env=environment, cwd=str(tmp_path))
-        started.append((manager, client))
-        return client
-
-    yield start
-    for manager, client in started:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)
+from helpers import run
 
 
 def test_the_magic_is_declared_lazily_and_works_without_load_ext(kernel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
@@ -11,6 +12,7 @@ from traitlets import Bool, Dict, Integer, Unicode, observe, validate
 
 from mt_magic.errors import MaterializedTableError, ValidationError
 from mt_magic.gateway import Gateway
+from mt_magic.notebook.completion import Completer, register, unregister
 from mt_magic.notebook.dashboard import Dashboards, run_for_dashboard
 from mt_magic.notebook.display import ResultView
 from mt_magic.notebook.progress import progress_observer
@@ -52,6 +54,7 @@ class MtMagics(Magics):
         super().__init__(shell)
         self.gateway: Gateway | None = None
         self.dashboards: Dashboards | None = None
+        self.completer: Completer | None = None      # Tab in %%mtsql cells, registered by `load`
 
     @validate("display_limit")
     def _positive_limit(self, proposal):
@@ -81,6 +84,10 @@ class MtMagics(Magics):
             for warning in self.gateway.restore_warnings:
                 print(f"mt_magic: {warning}")
         return self.gateway
+
+    def session_for_completion(self) -> Any | None:
+        """The session statements would use, never one made for Tab (None when there is none yet)."""
+        return self.gateway.spark if self.gateway is not None else self._named(None) or active_session()
 
     def _named(self, spark_name: str | None):
         candidate = self.shell.user_ns.get(spark_name or "spark")
@@ -231,6 +238,7 @@ def load(shell) -> None:
     silence_client_logs()
     magics = MtMagics(shell=shell)
     shell.register_magics(magics)
+    magics.completer = register(shell, lambda: magics.gateway, magics.session_for_completion)
     shell.__dict__[_STATE_KEY] = magics
 
 
@@ -240,6 +248,7 @@ def unload(shell) -> None:
     if magics is None:
         return
     magics.close()
+    unregister(shell, magics.completer)
     restore_client_logs()
     for name in _QUIET_LOGGERS:     # other packages' loggers are left as they were
         logging.getLogger(name).removeHandler(_NULL_HANDLER)

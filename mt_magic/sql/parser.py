@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from mt_magic.errors import ParseError, ValidationError
 from mt_magic.sql import statements as st
@@ -535,3 +535,36 @@ class _Parser:
         key = self.string() if self.token.kind is Kind.STRING else None
         self.expect_end()
         return st.ResetOption(self.statement_text, key)
+
+
+@dataclass(frozen=True)
+class _Probe(Token):
+    """The end of a half-written statement: notes every keyword the grammar asks it to be."""
+
+    asked: set = field(default_factory=set, compare=False)
+
+    def is_word(self, *words: str) -> bool:
+        self.asked.update(words)
+        return False
+
+
+class _Probing(_Parser):
+    def peek(self, ahead: int = 1) -> Token:
+        """Looking past the probe sees a plain end: only words asked *at* the end are noted."""
+        index = self.pos + ahead
+        return self.tokens[index] if index < len(self.tokens) else Token(Kind.EOF, "", len(self.text), len(self.text))
+
+
+def expected_words(text: str) -> set[str]:
+    """The keywords the statement grammar accepts right after `text` (its last statement, written up
+    to there): the parser itself, run to the end of the text — Tab completion's keywords and the
+    parser's are one grammar."""
+    segments = [] if text.rstrip().endswith(";") else split(text)
+    tokens = segments[-1].tokens[:-1] if segments else []
+    probe = _Probe(Kind.EOF, "", len(text), len(text))
+    parser = _Probing(text, Segment(tokens + [probe], tokens[0].start if tokens else len(text), len(text)))
+    try:
+        parser.statement()
+    except (ParseError, ValidationError):
+        pass
+    return probe.asked

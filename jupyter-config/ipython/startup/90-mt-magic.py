@@ -22,6 +22,17 @@ def _mt_magic_autoload() -> None:
     if "mtsql" not in shell.magics_manager.magics["cell"]:
         shell.magics_manager.register_lazy("mtsql", "mt_magic")
 
+        def first_tab(context):
+            """Tab in a %%mtsql cell before the magic first ran: load the extension, then complete."""
+            if not (context.full_text.lstrip().startswith("%%mtsql") or "%mtsql" in context.line_with_cursor):
+                return {"completions": [], "suppress": False}
+            shell.extension_manager.load_extension("mt_magic")      # it removes this matcher
+            return shell.__dict__["_mt_magic_magics"].completer.complete(context)
+
+        first_tab.matcher_api_version = 2
+        first_tab.matcher_identifier = "mt_magic.autoload"
+        shell.Completer.custom_matchers.append(first_tab)
+
 
 _mt_magic_autoload()
 del _mt_magic_autoload
