@@ -6,6 +6,7 @@ it took and names the step.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from mt_magic import config as cfg
@@ -89,16 +90,21 @@ class Lifecycle:
         return result
 
     def set_options(self, table: MaterializedTable, options: dict[str, str]) -> Result:
-        # New options may write the data differently: the next refresh runs whatever the sources did.
-        self.ws.store.update(table.identifier, lambda t: t.evolve(options={**t.options, **options},
-                                                                  source_snapshot={}))
+        self.ws.store.update(table.identifier, lambda t: t.evolve(
+            options={**t.options, **options}, source_snapshot=_snapshot_after(t, options)))
         return Result.ok(f"Set {len(options)} option(s) of {table.identifier}.")
 
     def reset_options(self, table: MaterializedTable, keys: tuple[str, ...]) -> Result:
         self.ws.store.update(table.identifier, lambda t: t.evolve(
-            options={k: v for k, v in t.options.items() if k not in keys}, source_snapshot={}))
+            options={k: v for k, v in t.options.items() if k not in keys}, source_snapshot=_snapshot_after(t, keys)))
         return Result.ok(f"Reset {len(keys)} option(s) of {table.identifier}.")
 
     def drop(self, table: MaterializedTable) -> Result:
         self.pipelines.discard(table)
         return Result.ok(f"Dropped materialized table {table.identifier}.")
+
+
+def _snapshot_after(table: MaterializedTable, keys: Iterable[str]) -> dict:
+    """New options may write the data differently, so the next refresh runs whatever the sources did;
+    the refresh policy only picks how the next refresh runs, and the data stays as it matched them."""
+    return table.source_snapshot if set(keys) <= {cfg.REFRESH_POLICY} else {}
