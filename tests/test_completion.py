@@ -71,6 +71,9 @@ def test_columns_of_the_tables_in_scope(client):
     bare = complete(client, "%%mtsql\nSELECT  FROM daily_sales GROUP BY ds", at="SELECT ")
     assert bare == ["ds", "total"]
     assert complete(client, "%%mtsql\nSELECT ds FROM sales WHERE am") == ["amount"]
+    assert complete(client, "%%mtsql\nSELECT ds FROM sales GROUP BY pro") == ["product_id"]
+    assert complete(client, "%%mtsql\nSELECT 1 FROM sales s JOIN daily_sales d ON ") == \
+        ["ds", "product_id", "amount", "total"]
 
 
 def test_materialized_tables_after_alter_drop_describe(client):
