@@ -119,3 +119,19 @@ def test_the_place_is_read_by_syntax_alone():
     value = "CREATE MATERIALIZED TABLE t WITH ('format' = 'pa"
     spot = place(value, len(value))
     assert (spot.want, spot.option, spot.fragment) == (Want.OPTION_VALUE, "format", "pa")
+
+
+def test_completing_starts_no_spark_job(client):
+    """Catalog lookups only: `spark.catalog.listTables` and friends start Spark jobs (two each on PySpark
+    4.3), the SHOW commands and a table's schema do not. Counted in the kernel's own thread, where the
+    completion request runs, on a classic session (over Connect the server's threads run them)."""
+    _, classic, _ = run(client, "from mt_magic.spark.session import is_connect; not is_connect(spark)")
+    if classic == "True":
+        run(client, "spark.sparkContext.setJobGroup('mt-tab', 'completion')")
+    run(client, "pass")                      # a cell ran: every name is looked up again
+    assert complete(client, "%%mtsql\nSELECT s. FROM shop.stores s", at="s.") == ["s.store_id", "s.city"]
+    assert "shop" in complete(client, "%%mtsql\nSELECT * FROM ")
+    if classic == "True":
+        _, jobs, _ = run(client, "len(spark.sparkContext.statusTracker().getJobIdsForGroup('mt-tab'))")
+        run(client, "spark.sparkContext.setJobGroup(None, None)")
+        assert jobs == "0"
