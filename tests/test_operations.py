@@ -111,6 +111,29 @@ def test_a_fire_that_finds_its_refresh_running_is_queued_once():
     assert merged and all(name == "t" and replaced < into for name, replaced, into in merged)
 
 
+def test_a_job_that_adds_a_job_while_the_scheduler_closes_does_not_hang_it():
+    """A stream's watcher restarts its stream (adding its job again) while the gateway closes: APScheduler
+    waits for the watcher holding the lock the watcher's add needs. Seen as a hung test teardown."""
+    scheduler = RefreshScheduler(lambda *fire: None, lambda *fire: None)
+    running, closing, added = threading.Event(), threading.Event(), []
+
+    def watcher() -> None:
+        running.set()
+        closing.wait(10)
+        time.sleep(0.3)                  # the shutdown is waiting for this job by now
+        scheduler.every("restarted", 60, lambda: None)
+        added.append(True)
+
+    scheduler.every("watcher", 0.1, watcher)
+    assert running.wait(10)
+    closer = threading.Thread(target=scheduler.shutdown, daemon=True)
+    closer.start()
+    closing.set()
+    closer.join(10)
+    assert not closer.is_alive() and added == [True]
+    assert not scheduler.has("restarted")        # a job added after closing began is not kept
+
+
 def test_library_warnings_never_print_where_the_application_set_no_logging():
     """Python's last-resort handler would print them into whatever notebook cell runs."""
     printed = subprocess.run([sys.executable, "-c", "import logging, mt_magic\n"

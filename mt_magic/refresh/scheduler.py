@@ -86,6 +86,8 @@ class RefreshScheduler:
             job_defaults={"coalesce": True, "max_instances": 2, "misfire_grace_time": None})
         self._scheduler.start()
         self._guard = threading.Lock()
+        self._open = threading.Lock()          # held while a job is added or removed, and to close
+        self._closing = False
         self._busy: set[str] = set()
         self._queued: dict[str, str] = {}      # table → the schedule time of its fire that waits
         self._waiting: set[str] = set()        # tables whose fire is re-queued until it is ready
@@ -94,10 +96,10 @@ class RefreshScheduler:
                  paused: bool = False) -> None:
         """Create or replace the job; a paused one keeps its trigger for RESUME."""
         trigger = CronTrigger(timezone=zone, **freshness.cron_fields())
-        self._scheduler.add_job(self._fire, trigger, args=[name, freshness, zone], id=identifier,
+        self._while_open(lambda: self._scheduler.add_job(self._fire, trigger, args=[name, freshness, zone], id=identifier,
                                 name=identifier, replace_existing=True,
                                 next_run_time=None if paused else trigger.get_next_fire_time(
-                                    None, datetime.now(zone)))
+                                    None, datetime.now(zone))))
 
     def _fire(self, name: str, freshness: IntervalFreshness, zone: tzinfo) -> None:
         """APScheduler does not tell a job its fire time: it is the cron time at or before now. A fire
@@ -149,27 +151,36 @@ class RefreshScheduler:
 
     def every(self, job_id: str, seconds: float, action: Callable[[], None], paused: bool = False) -> None:
         """A job at a fixed interval (a CONTINUOUS table's change detector); a late run is not made up."""
-        self._scheduler.add_job(action, IntervalTrigger(seconds=seconds), id=job_id, name=job_id,
-                                replace_existing=True, max_instances=1, next_run_time=None if paused else
-                                datetime.now(timezone.utc) + timedelta(seconds=seconds))
+        self._while_open(lambda: self._scheduler.add_job(
+            action, IntervalTrigger(seconds=seconds), id=job_id, name=job_id, replace_existing=True,
+            max_instances=1, next_run_time=None if paused else datetime.now(timezone.utc) + timedelta(seconds=seconds)))
 
     def run_once(self, job_id: str, delay_s: float, action: Callable[[], None]) -> None:
         """A one-off job (a restart after a failure, with backoff)."""
-        self._scheduler.add_job(action, DateTrigger(run_date=datetime.now(timezone.utc)
-                                                    + timedelta(seconds=delay_s)),
-                                id=job_id, name=job_id, replace_existing=True)
+        self._while_open(lambda: self._scheduler.add_job(
+            action, DateTrigger(run_date=datetime.now(timezone.utc) + timedelta(seconds=delay_s)),
+            id=job_id, name=job_id, replace_existing=True))
 
     def pause(self, identifier: str) -> None:
-        self._scheduler.pause_job(identifier)
+        self._while_open(lambda: self._scheduler.pause_job(identifier))
 
     def resume(self, identifier: str) -> None:
-        self._scheduler.resume_job(identifier)
+        self._while_open(lambda: self._scheduler.resume_job(identifier))
 
     def remove(self, identifier: str) -> None:
         try:
-            self._scheduler.remove_job(identifier)
+            self._while_open(lambda: self._scheduler.remove_job(identifier))
         except JobLookupError:
             pass      # deleting a workflow that is already gone is fine, as in Flink
+
+    def _while_open(self, change: Callable[[], object]) -> None:
+        """Add, change or remove a job unless the scheduler is closing. Jobs do this too (a stream's
+        watcher restarts it, a waiting fire re-queues itself), and APScheduler's shutdown holds the
+        lock such a call needs while it waits for those very jobs: closing here first, under a lock
+        every change holds, lets a change in flight finish and turns later ones into nothing."""
+        with self._open:
+            if not self._closing:
+                change()
 
     def has(self, identifier: str) -> bool:
         return self._scheduler.get_job(identifier) is not None
@@ -180,7 +191,7 @@ class RefreshScheduler:
 
     def clear(self) -> None:
         """Every job gone (this process no longer owns the pipelines); the scheduler runs on."""
-        self._scheduler.remove_all_jobs()
+        self._while_open(self._scheduler.remove_all_jobs)
         with self._guard:       # fires that waited to be re-queued are gone with their jobs
             for name in self._waiting:
                 self._busy.discard(name)
@@ -188,5 +199,7 @@ class RefreshScheduler:
             self._waiting.clear()
 
     def shutdown(self) -> None:
+        with self._open:
+            self._closing = True
         if self._scheduler.running:
             self._scheduler.shutdown(wait=True)
