@@ -205,23 +205,33 @@ class QueryAnalyzer:
         return {table: found.pop() for table, found in columns.items() if len(found) == 1 and None not in found}
 
     # -------------------------------------------------------------- helpers
-    def _analysed(self, query: str) -> tuple[Any, str]:
-        """The query parsed and analysed by Spark, and its plans' text; errors say which step failed.
+    def begin(self, query: str) -> None:
+        """Over Connect, send the query's analysis now, for `analyze` to collect later in the same
+        statement: what the statement asks meanwhile (where its own name lives) travels beside it
+        instead of before it. Its errors wait for `analyze`, so a name's errors still come first."""
+        memo = getattr(self._statement, "memo", None)
+        if self._connect and memo is not None and is_query(query):
+            memo[("analysis", query)] = alongside(self.spark, self._ask_analysis, query)
 
-        Over Connect the schema and the plans are two requests on one DataFrame: they go out together.
-        """
+    def _analysed(self, query: str) -> tuple[Any, str]:
+        """The query parsed and analysed by Spark, and its plans' text; errors say which step failed."""
         if not is_query(query):
             raise ValidationError("The query of a materialized table must be a query (SELECT, VALUES, "
                                   "FROM or TABLE, after an optional WITH clause), not a statement.")
+        pending = (getattr(self._statement, "memo", None) or {}).pop(("analysis", query), None)
         try:
-            frame = query_frame(self.spark, query)
-            plans = alongside(self.spark, self._plan_text, frame)
-            frame.schema    # noqa: B018 - analyses a Connect DataFrame; its errors come first
-            return frame, plans.result()
+            return pending.result() if pending is not None else self._ask_analysis(query)
         except SPARK_ERRORS as error:
             parse = (error_class(error) or "").startswith("PARSE") or "PARSE_SYNTAX_ERROR" in str(error)
             what = "The query does not parse" if parse else "The query is not valid"
             raise SparkError(f"{what}: {spark_message(error)}", query_position(error, query)) from None
+
+    def _ask_analysis(self, query: str) -> tuple[Any, str]:
+        """Over Connect the schema and the plans are two requests on one DataFrame: they go out together."""
+        frame = query_frame(self.spark, query)
+        plans = alongside(self.spark, self._plan_text, frame)
+        frame.schema    # noqa: B018 - analyses a Connect DataFrame; its errors come first
+        return frame, plans.result()
 
     def _plan_text(self, frame: Any) -> str:
         """Spark's plans of an analysed query as text: over Connect EXPLAIN's (parsed and analysed, one

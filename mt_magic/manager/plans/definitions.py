@@ -29,6 +29,7 @@ class Definitions(Family):
         return {st.CreateMaterializedTable: self.create, st.AlterQuery: self._alter_query}
 
     def create(self, statement: st.CreateMaterializedTable) -> Plan:
+        self.ws.analyzer.begin(statement.query)
         catalog, database, name = self.ws.identifier(statement.name)
         identifier = f"{catalog}.{database}.{name}"
         existing = self.ws.store.get(identifier)
