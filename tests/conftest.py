@@ -40,9 +40,9 @@ def db(spark):
     spark.sql(f"CREATE DATABASE {name}")
     spark.catalog.setCurrentDatabase(name)
     yield name
-    for view in spark.catalog.listTables(name):
-        if view.isTemporary:
-            spark.catalog.dropTempView(view.name)
+    for _, view, temporary in spark.sql(f"SHOW VIEWS IN {name}").collect():   # a command: no Spark job
+        if temporary:
+            spark.catalog.dropTempView(view)
     spark.catalog.setCurrentDatabase("default")
     spark.sql(f"DROP DATABASE {name} CASCADE")
 
