@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
 
@@ -25,6 +26,7 @@ def chromium(page: Path, profile: Path, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.processes      # a kernel and Chromium of its own; the widgets render alike whatever the session
 def test_the_quickstart_dashboard_renders_in_chromium(tmp_path, monkeypatch):
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     book = nbformat.read(ROOT / "notebooks" / "01_quickstart.ipynb", as_version=4)
