@@ -28,6 +28,8 @@ def chromium(page: Path, profile: Path, *args: str) -> str:
 
 @pytest.mark.processes      # a kernel and Chromium of its own; the widgets render alike whatever the session
 def test_the_quickstart_dashboard_renders_in_chromium(tmp_path, monkeypatch):
+    renderer = NODE_MODULES / "@jupyter-widgets/html-manager/dist/embed-amd.js"
+    assert renderer.exists(), "the widget manager is missing: `make test` installs it (npm ci in tests/browser)"
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     book = nbformat.read(ROOT / "notebooks" / "01_quickstart.ipynb", as_version=4)
     # the dashboard as it stands before the notebook's clean-up drops the table
@@ -37,7 +39,7 @@ def test_the_quickstart_dashboard_renders_in_chromium(tmp_path, monkeypatch):
     assert book.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
 
     exporter = HTMLExporter(
-        widget_renderer_url=(NODE_MODULES / "@jupyter-widgets/html-manager/dist/embed-amd.js").as_uri(),
+        widget_renderer_url=renderer.as_uri(),
         require_js_url=(NODE_MODULES / "requirejs/require.js").as_uri())
     page = tmp_path / "01_quickstart.html"
     page.write_text(exporter.from_notebook_node(book)[0])
