@@ -96,10 +96,10 @@ class RefreshScheduler:
                  paused: bool = False) -> None:
         """Create or replace the job; a paused one keeps its trigger for RESUME."""
         trigger = CronTrigger(timezone=zone, **freshness.cron_fields())
-        self._while_open(lambda: self._scheduler.add_job(self._fire, trigger, args=[name, freshness, zone], id=identifier,
-                                name=identifier, replace_existing=True,
-                                next_run_time=None if paused else trigger.get_next_fire_time(
-                                    None, datetime.now(zone))))
+        first = None if paused else trigger.get_next_fire_time(None, datetime.now(zone))
+        self._while_open(lambda: self._scheduler.add_job(
+            self._fire, trigger, args=[name, freshness, zone], id=identifier, name=identifier,
+            replace_existing=True, next_run_time=first))
 
     def _fire(self, name: str, freshness: IntervalFreshness, zone: tzinfo) -> None:
         """APScheduler does not tell a job its fire time: it is the cron time at or before now. A fire
@@ -151,9 +151,10 @@ class RefreshScheduler:
 
     def every(self, job_id: str, seconds: float, action: Callable[[], None], paused: bool = False) -> None:
         """A job at a fixed interval (a CONTINUOUS table's change detector); a late run is not made up."""
+        first = None if paused else datetime.now(timezone.utc) + timedelta(seconds=seconds)
         self._while_open(lambda: self._scheduler.add_job(
             action, IntervalTrigger(seconds=seconds), id=job_id, name=job_id, replace_existing=True,
-            max_instances=1, next_run_time=None if paused else datetime.now(timezone.utc) + timedelta(seconds=seconds)))
+            max_instances=1, next_run_time=first))
 
     def run_once(self, job_id: str, delay_s: float, action: Callable[[], None]) -> None:
         """A one-off job (a restart after a failure, with backoff)."""

@@ -148,6 +148,14 @@ class QueryAnalyzer:
         return self.qualify(name.parts)
 
     # --------------------------------------------------------------- queries
+    def begin(self, query: str) -> None:
+        """Over Connect, send the query's analysis now, for `analyze` to collect later in the same
+        statement: what the statement asks meanwhile (where its own name lives) travels beside it
+        instead of before it. Its errors wait for `analyze`, so a name's errors still come first."""
+        memo = getattr(self._statement, "memo", None)
+        if self._connect and memo is not None and is_query(query):
+            memo[("analysis", query)] = alongside(self.spark, self._ask_analysis, query)
+
     def analyze(self, query: str) -> AnalyzedQuery:
         frame, plans = self._analysed(query)
         relations = self._table_relations(query, plans)
@@ -205,14 +213,6 @@ class QueryAnalyzer:
         return {table: found.pop() for table, found in columns.items() if len(found) == 1 and None not in found}
 
     # -------------------------------------------------------------- helpers
-    def begin(self, query: str) -> None:
-        """Over Connect, send the query's analysis now, for `analyze` to collect later in the same
-        statement: what the statement asks meanwhile (where its own name lives) travels beside it
-        instead of before it. Its errors wait for `analyze`, so a name's errors still come first."""
-        memo = getattr(self._statement, "memo", None)
-        if self._connect and memo is not None and is_query(query):
-            memo[("analysis", query)] = alongside(self.spark, self._ask_analysis, query)
-
     def _analysed(self, query: str) -> tuple[Any, str]:
         """The query parsed and analysed by Spark, and its plans' text; errors say which step failed."""
         if not is_query(query):
