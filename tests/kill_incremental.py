@@ -1,6 +1,7 @@
 """Run by test_kill: a new owner of the store refreshes an aggregate incrementally and SIGKILLs itself at
-one point of it (argv[5]): after its state is written, after the state joined the new version, after
-the version was published, or after the manifest naming the new state was written."""
+one point of it (argv[5]): after its version was begun; after data and state were written in it (a state
+in the data's files), or after its state was written and after it joined the new version (a state of
+its own); after the version was published, or after the manifest naming the new state was written."""
 
 import os
 import signal
@@ -37,7 +38,11 @@ def after(cls, name: str, when=lambda *args: True) -> None:
 
 
 versions = []
-if point == "state-written":         # the merged state written; the data's version not yet begun
+if point == "begun":                 # the data's version begun (noted), nothing written in it yet
+    after(TableStorage, "new_version")
+elif point == "written":             # data and state written in the new version, not yet published
+    after(type(files_for(spark)), "mkdirs", lambda path: path.rstrip("/").rsplit("/", 1)[-1].startswith("v-"))
+elif point == "state-written":       # the merged state written; the data's version not yet begun
     after(TableStorage, "new_version", lambda *args: versions.append(1) or len(versions) == 2)
 elif point == "state-moved":         # the state moved into the new version, not yet published
     after(type(files_for(spark)), "rename", lambda source_path, target: target.endswith("/_state"))

@@ -36,7 +36,7 @@ SHAPES = {   # name → (query, the plain sources it reads)
     "joinagg": ("SELECT d.name, SUM(s.amount) AS total, COUNT(*) AS n FROM sales s JOIN dim d "
                 "ON s.product_id = d.id GROUP BY d.name", {"sales", "dim"}),
     "chain": ("SELECT ds, a2 FROM lin WHERE a2 > 5", {"lin"}),
-    "chainagg": ("SELECT ds, COUNT(*) AS n, SUM(a2) AS s FROM lin GROUP BY ds", {"lin"}),
+    "chainagg": ("SELECT COUNT(*) AS n, SUM(a2) AS s, ds FROM lin GROUP BY ds", {"lin"}),
     "part": ("SELECT product_id, amount, ds FROM sales WHERE product_id IS NOT NULL", {"sales"}),
     "distinct": ("SELECT ds, COUNT(DISTINCT product_id) AS n FROM sales GROUP BY ds "
                  "HAVING COUNT(DISTINCT product_id) > 1", {"sales"}),
@@ -45,7 +45,7 @@ SHAPES = {   # name → (query, the plain sources it reads)
     "ranked": ("SELECT d.name, s.amount, RANK() OVER (PARTITION BY d.name ORDER BY s.amount) AS r FROM sales s "
                "JOIN dim d ON s.product_id = d.id QUALIFY r <= 1", {"sales", "dim"}),
 }
-PARTITIONED = {"part": "ds"}
+PARTITIONED = {"part": "ds", "chainagg": "ds"}   # chainagg: a state in partitioned data files
 CI = bool(os.environ.get("CI"))
 rounds = itertools.count()       # one fire time per refresh round, later each time
 
@@ -67,10 +67,13 @@ def _values(rows, types: tuple[str, ...]) -> str:
                      for row in rows)
 
 
+def _location(spark, table: str) -> str:
+    return urlparse(next(r.data_type for r in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect()
+                         if r.col_name == "Location")).path
+
+
 def _files(spark, table: str) -> set[str]:
-    location = next(r.data_type for r in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect()
-                    if r.col_name == "Location")
-    return {os.path.join(folder, name) for folder, _, names in os.walk(urlparse(location).path)
+    return {os.path.join(folder, name) for folder, _, names in os.walk(_location(spark, table))
             for name in names if not name.startswith(("_", "."))}
 
 
@@ -110,6 +113,30 @@ def tables(spark, gw):
         gw.execute(f"CREATE MATERIALIZED TABLE {name} {partitioned}WITH ('refresh.policy' = 'incremental') "
                    f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
     return gw
+
+
+def test_an_aggregates_state_rides_in_its_data_files_unless_having_filters_groups(spark, gw):
+    """One write makes data and state where the data has a row per group: the state's columns are in the
+    data's files, and the table does not show them; with HAVING the state is written apart."""
+    spark.sql("CREATE TABLE src (k INT, amount DOUBLE) USING parquet")
+    spark.sql("INSERT INTO src VALUES (1, 1.0), (2, 2.0), (1, 3.0)")
+    query = "SELECT k, SUM(amount) AS total FROM src GROUP BY k"
+    for name, having in (("carried", ""), ("apart", " HAVING COUNT(*) > 1")):
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL "
+                   f"AS {query}{having}")
+    spark.sql("INSERT INTO src VALUES (2, 5.0), (3, 1.0)")
+    for name, having in (("carried", ""), ("apart", " HAVING COUNT(*) > 1")):
+        gw.refresh(name)
+        assert gw.history(name, limit=1)[0]["technique"] == "incremental"
+        assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query + having).collect())
+        assert spark.table(name).columns == ["k", "total"]
+        folder = _location(spark, name)
+        in_files = spark.read.parquet(folder).columns
+        if having:
+            assert os.path.isdir(os.path.join(folder, "_state")) and in_files == ["k", "total"]
+        else:
+            assert not os.path.exists(os.path.join(folder, "_state"))
+            assert in_files == ["k", "total", "__mt_state_g0", "__mt_state_a0"]
 
 
 def test_every_shape_stays_equal_to_its_query(spark, tables):

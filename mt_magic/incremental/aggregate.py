@@ -65,11 +65,19 @@ class Aggregate:
         group = f" GROUP BY {', '.join(keys)}" if keys else ""
         return f"SELECT {', '.join(columns)} FROM ({union}) AS merged{group}"
 
-    def output(self, state: str, names: Sequence[str]) -> str:
-        """The result from a state, its columns named `names` (the table's query columns)."""
-        columns = ", ".join(f"{final} AS {quoted(name)}" for final, name in zip(self.finals, names, strict=True))
+    def output(self, state: str, names: Sequence[str], carry: str | None = None) -> str:
+        """The result from a state, its columns named `names` (the table's query columns). `carry`: the
+        state's columns follow, each renamed with this prefix (one row per group: no HAVING)."""
+        columns = [f"{final} AS {quoted(name)}" for final, name in zip(self.finals, names, strict=True)]
+        if carry is not None:
+            columns += [f"{c} AS {quoted(carry + c)}" for c in self.state_columns]
         where = f" WHERE {self.having}" if self.having else ""
-        return f"SELECT {columns} FROM {state}{where}"
+        return f"SELECT {', '.join(columns)} FROM {state}{where}"
+
+    @property
+    def state_columns(self) -> list[str]:
+        return [f"{STATE_KEY}{i}" for i in range(len(self.keys))] + \
+            [f"{STATE_PARTIAL}{j}" for j in range(len(self.partials))]
 
     def _state_select(self, tree: exp.Select, rows: bool = False) -> exp.Select:
         """Partials per group; `rows`: per input row, ungrouped (the merge groups them with the old

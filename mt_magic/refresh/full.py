@@ -41,10 +41,11 @@ def table_dataframe(spark: Any, table: MaterializedTable) -> DataFrame:
     return shape(query_frame(spark, table.definition_query), table.columns, table.identifier)
 
 
-def shape(source: DataFrame, columns: Sequence[Column], identifier: str) -> DataFrame:
+def shape(source: DataFrame, columns: Sequence[Column], identifier: str, carried: Sequence[str] = ()) -> DataFrame:
     """The query's output shaped into the table's columns: order, declared types, NOT NULL (checked
     on every NOT NULL column: asking the query's schema which are nullable would cost a round trip
-    over Connect, and Spark drops the check where the value cannot be NULL)."""
+    over Connect, and Spark drops the check where the value cannot be NULL). `carried`: columns
+    kept as they are after the table's (an aggregate's state, written in the same files)."""
     expressions = []
     for column in columns:
         if column.computed is not None:
@@ -57,7 +58,7 @@ def shape(source: DataFrame, columns: Sequence[Column], identifier: str) -> Data
                 expression = f"coalesce({expression}, raise_error({message}))"
         expressions.append(f"CAST({expression} AS {type_sql(type_from_json(column.type_json))}) AS "
                            f"{quote_identifier(column.name)}")
-    return source.selectExpr(*expressions)
+    return source.selectExpr(*expressions, *map(quote_identifier, carried))
 
 
 def refresh_frame(spark: Any, table: MaterializedTable, target: Target) -> DataFrame:

@@ -6,9 +6,11 @@ its new ones, or only the appended ones), read alone with the source's schema: w
 computed from is what the manifest beside it says, whatever is written meanwhile. A linear rule's
 change is written and published as a new version that links the old files and adds the new ones
 (tables reading this one see an append). An aggregate's state (partials per group) or a top-N's (the
-ranked rows within N) is merged with the change's, written beside the new version's data (`_state`, a
-folder readers skip), and the data is the state's final projection: data and state are published
-together, or neither is.
+ranked rows within N) is merged with the change's, and the data is the state's final projection: data and
+state are published together, or neither is. Where the data has a row per group (an aggregate with no
+HAVING) in a format read by column name (Parquet), the state's columns are written in the data's own
+files under hidden names (`__mt_state…`) that the table's schema does not read: one write makes both.
+Elsewhere the state is written first, beside the new version's data (`_state`, a folder readers skip).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pyspark.sql import types as T
 
 from mt_magic.catalog.model import MaterializedTable, Storage
 from mt_magic.incremental.relations import Version
-from mt_magic.incremental.rules import Linear
+from mt_magic.incremental.rules import Aggregate, Linear
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.choice import Reading, Stateful
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shape
@@ -41,6 +43,8 @@ from mt_magic.storage.versions import Target, TableStorage
 
 STATE_FOLDER = "_state"
 STATE_FORMAT = "parquet"
+CARRIED = "__mt_state"               # the prefix of the state's columns written in the data's files
+CARRYING_FORMATS = ("parquet",)      # formats whose readers pick columns by name
 
 
 @dataclass(frozen=True)
@@ -52,9 +56,18 @@ class Maintained:
     state: str | None = None
     state_schema: str | None = None
     delta_rows: int | None = None           # the rows read of the appended files
+    state_format: str = STATE_FORMAT
 
     def manifest(self, listings: dict) -> Manifest:
-        return Manifest(listings, self.state, self.state_schema)
+        return Manifest(listings, self.state, self.state_schema, self.state_format)
+
+
+def carries_state(table: MaterializedTable, rule: Stateful) -> bool:
+    """The state's columns can ride in the data's files: a row per group, read by column name, and no
+    column of the table's that could be mistaken for them."""
+    return isinstance(rule, Aggregate) and rule.having is None and \
+        table.storage.format.lower() in CARRYING_FORMATS and \
+        not any(c.name.lower().startswith(CARRIED) for c in table.columns)
 
 
 class Maintainer:
@@ -71,13 +84,13 @@ class Maintainer:
         appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED}
         if not appended:        # the published data and its state stay what they are
             return Maintained(RefreshResult(table.storage, 0, 0.0, job_group(table)),
-                              manifest.state if manifest else None, manifest.state_schema if manifest else None)
+                              manifest.state if manifest else None, manifest.state_schema if manifest else None,
+                              state_format=manifest.state_format if manifest else STATE_FORMAT)
         with self._scope(table, "incremental") as relations:
             names = relations.naming(rule.sources, changes, readings)
             if isinstance(rule, Linear):
                 return self._append(table, rule.delta(appended, names.name), relations)
-            old = relations.add("old_state", self.spark.read.format(STATE_FORMAT).schema(
-                T.StructType.fromJson(json.loads(manifest.state_schema))).load(manifest.state))
+            old = relations.add("old_state", self._state(manifest))
             return self._stateful(table, rule, rule.merged(old, appended, names.name) or f"SELECT * FROM {old}",
                                    relations)
 
@@ -90,6 +103,13 @@ class Maintainer:
 
     def _scope(self, table: MaterializedTable, what: str) -> _Relations:
         return _Relations(self.spark, table, what)
+
+    def _state(self, manifest: Manifest) -> Any:
+        """The published state, its columns by the names the rule's SQL gives them."""
+        schema = T.StructType.fromJson(json.loads(manifest.state_schema))
+        frame = self.spark.read.format(manifest.state_format).schema(schema).load(manifest.state)
+        carried = [f.name for f in schema.fields if f.name.startswith(CARRIED)]
+        return frame.selectExpr(*[f"`{n}` AS `{n[len(CARRIED):]}`" for n in carried]) if carried else frame
 
     def _append(self, table: MaterializedTable, delta: str | None, relations: _Relations) -> Maintained:
         started = time.monotonic()
@@ -114,6 +134,8 @@ class Maintainer:
     def _stateful(self, table: MaterializedTable, rule: Stateful, state_sql: str,
                    relations: _Relations) -> Maintained:
         started = time.monotonic()
+        if carries_state(table, rule):
+            return self._carrying(table, rule, state_sql, relations, started)
         stage = self.storage.new_version(table)
         try:
             with relations.query(state_sql) as state:
@@ -136,6 +158,22 @@ class Maintainer:
         self.storage.written(stage)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           state_folder, schema.json(), read)
+
+    def _carrying(self, table: MaterializedTable, rule: Aggregate, state_sql: str, relations: _Relations,
+                  started: float) -> Maintained:
+        """One write: the result's columns and the state's, in the same files."""
+        hidden = [f"{CARRIED}{c}" for c in rule.state_columns]
+        with relations.query(rule.output(f"({state_sql}) AS mt_state", table.query_columns, CARRIED)) as output:
+            frame, rows = counting_rows(shape(output, table.columns, table.identifier, carried=hidden))
+            schema = spark_call(lambda: frame.schema, f"Refreshing {table.identifier}")
+            version = self.storage.new_version(table)
+            self._write(table, frame, version)
+        read = relations.delta_rows()
+        self.storage.files.mkdirs(version)
+        published = self._publish(table, version)
+        state_schema = T.StructType([f for f in schema.fields if f.name in hidden])
+        return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
+                          version, state_schema.json(), read, table.storage.format.lower())
 
     def _write(self, table: MaterializedTable, frame: Any, folder: str) -> None:
         writer = folder_writer(frame, table.storage.format, data_source_options(table.options), table.partition_keys)

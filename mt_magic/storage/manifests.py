@@ -1,8 +1,8 @@
 """The manifest of the files each source had when the published data was computed (path, size,
 modification time), from which a refresh tells what each source did since (`refresh/changes`).
 
-A table maintained from a hidden state (an aggregate's partials per group) names that state's folder
-and schema in the same manifest, so data, state and files read are published together.
+A table maintained from a hidden state (an aggregate's partials per group) names that state's folder,
+schema and format in the same manifest, so data, state and files read are published together.
 
 A manifest lies beside the table's data, under `<root>/_manifests/` (a name Spark's readers skip),
 named by the digests of the snapshot the catalog record keeps: the record says which manifest is
@@ -32,6 +32,7 @@ class Manifest:
     listings: dict[str, Listing | None]     # per source, the files the published data read
     state: str | None = None                # the hidden state's folder
     state_schema: str | None = None         # its schema (JSON), read without asking the files
+    state_format: str = "parquet"           # the format its files are written in
 
 
 class Manifests:
@@ -44,7 +45,8 @@ class Manifests:
         self.files.mkdirs(folder)
         sources = {source: None if listing is None else {p: list(f) for p, f in sorted(listing.items())}
                    for source, listing in manifest.listings.items()}
-        document = {"sources": sources, "state": manifest.state, "state_schema": manifest.state_schema}
+        document = {"sources": sources, "state": manifest.state, "state_schema": manifest.state_schema,
+                    "state_format": manifest.state_format}
         self.files.write_text(f"{folder}/{manifest_name(snapshot)}", json.dumps(document, separators=(",", ":")))
 
     def read(self, root: str, snapshot: dict[str, dict]) -> Manifest | None:
@@ -63,7 +65,8 @@ class Manifests:
             document = {"sources": document}
         return Manifest({source: None if files is None else {p: (int(f[0]), int(f[1])) for p, f in files.items()}
                          for source, files in document["sources"].items()},
-                        document.get("state"), document.get("state_schema"))
+                        document.get("state"), document.get("state_schema"),
+                        document.get("state_format", "parquet"))
 
     def keep_only(self, root: str, snapshot: dict[str, dict]) -> None:
         """Every manifest but the snapshot's, deleted (the record no longer names them)."""
