@@ -64,6 +64,8 @@ class Runs:
             # requests travel together): a refresh reads what is there now.
             listings = alongside(self.ws.spark, refresh_listings, self.ws.spark, current.source_tables) \
                 if self.snapshots.looks_up(current) else None
+            whole = not spec and trigger is not Trigger.BACKFILL
+            preparing = alongside(self.ws.spark, self.chooser.prepare, current) if whole else None
             # Taken before the refresh reads: a change while it runs shows at the next comparison.
             snapshot, files = spark_call(lambda: self.snapshots.take(current),
                                          f"Reading the sources of {identifier}")
@@ -81,7 +83,8 @@ class Runs:
             changes = deltas(manifest.listings if manifest else None, files, self.snapshots.relatives(current))
             sources = {name: delta.describe() for name, delta in changes.items()} \
                 if comparison.change is not Change.NONE else {}
-            whole = not spec and trigger is not Trigger.BACKFILL
+            if preparing is not None:
+                preparing.result()
             choice = self.chooser.choose(current, changes, manifest, rebuild=comparison.change is Change.NONE
                                             and not only_changed) if whole else None
             if comparison.change is not Change.NONE:

@@ -5,6 +5,7 @@ change is expected to cost less than recomputing it (`mt_magic.incremental.cost`
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -107,6 +108,18 @@ class Chooser:
         except MaterializedTableError as error:
             return Recompute(f"its delta does not analyse ({str(error).splitlines()[0][:120]})")
 
+    def prepare(self, table: MaterializedTable) -> None:
+        """What choosing asks Spark that the snapshot does not — the rule, judged, and the schemas of
+        the sources never read before — asked while the snapshot is taken (over Connect the requests
+        travel together); a failure here is met again, and reported, where the choice asks."""
+        rule = self.rule(table)
+        if isinstance(rule, Recompute) or table.options.get(REFRESH_POLICY) == "full":
+            return
+        for source in dict.fromkeys(rule.sources):
+            if self.snapshots.store.get(source) is None and source not in self._schemas:
+                with contextlib.suppress(MaterializedTableError):
+                    self._schema(source)
+
     def reading(self, source: str) -> Reading | str:
         """How `source`'s files are read alone, or why they cannot be."""
         upstream = self.snapshots.store.get(source)
@@ -122,12 +135,15 @@ class Chooser:
         provider = (facts.provider or "").lower() if facts else ""
         if provider not in READABLE_FORMATS:
             return f"{source} is stored as {provider or 'a relation that is not files'}"
+        return Reading(provider, self._schema(source), {}, facts.partition_columns)
+
+    def _schema(self, source: str) -> T.StructType:
         stamp, schema = self._schemas.get(source, (0.0, None))
         if schema is None or time.monotonic() - stamp > SCHEMA_TTL_S:
             quoted = ".".join(quote_identifier(p) for p in source.split(".", 2))
             schema = spark_call(lambda: self.spark.table(quoted).schema, f"Reading the schema of {source}")
             self._schemas[source] = (time.monotonic(), schema)
-        return Reading(provider, schema, {}, facts.partition_columns)
+        return schema
 
     def technique(self, table: MaterializedTable, judged: bool = True) -> str:
         """What a refresh after appends to the sources does, and how (DESCRIBE, EXPLAIN). Not `judged`:
@@ -170,16 +186,21 @@ class Chooser:
         if table.options.get(REFRESH_POLICY, "auto") != "auto" or \
                 all(d.change is not SourceChange.APPENDED for d in changes.values()):
             return Choice(rule, True, None, readings)
-        weighed = self._estimate(rule, changes, manifest)
+        weighed = self._estimate(table, rule, changes, manifest)
         return Choice(rule, True, None, readings, weighed) if weighed.incremental_cheaper else \
             Choice(rule, False, f"recomputing is expected to cost less ({weighed.describe()})", readings, weighed)
 
-    def _estimate(self, rule: Linear | Stateful, changes: dict[str, SourceDelta], manifest: Manifest) -> Estimate:
-        """The cost rule, over the bytes the listings and the state's files hold."""
+    def _estimate(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
+                  manifest: Manifest) -> Estimate:
+        """The cost rule, over the bytes the listings and the state's files hold (a state in the
+        data's files: its columns' share of them, the rest being written by either technique)."""
         branches = rule.occurrences if isinstance(rule, Linear) else (rule.occurrences,)
         sources = {s: SourceBytes(d.total_bytes - d.added_bytes, d.added_bytes) for s, d in changes.items()}
         state = sum(size for size, _ in self.files.listing(manifest.state).values()) \
             if isinstance(rule, STATEFUL) else None
+        if state is not None and manifest.carried:
+            carried = len(manifest.state_columns)
+            state = state * carried // (carried + len(table.columns))
         return estimate(branches, sources, state)
 
 

@@ -36,14 +36,13 @@ from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_grou
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.frames import counting_rows, files_frame, query_over
 from mt_magic.spark.jobs import job_scope
-from mt_magic.storage.manifests import Manifest
+from mt_magic.storage.manifests import CARRIED, Manifest
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.linked import extended
 from mt_magic.storage.versions import Target, TableStorage
 
 STATE_FOLDER = "_state"
 STATE_FORMAT = "parquet"
-CARRIED = "__mt_state"               # the prefix of the state's columns written in the data's files
 CARRYING_FORMATS = ("parquet",)      # formats whose readers pick columns by name
 
 
@@ -165,6 +164,8 @@ class Maintainer:
         hidden = [f"{CARRIED}{c}" for c in rule.state_columns]
         with relations.query(rule.output(f"({state_sql}) AS mt_state", table.query_columns, CARRIED)) as output:
             frame, rows = counting_rows(shape(output, table.columns, table.identifier, carried=hidden))
+            # Asked before the write, not beside it: over Connect two requests of one plan at once can
+            # lose the relations it names on the server.
             schema = spark_call(lambda: frame.schema, f"Refreshing {table.identifier}")
             version = self.storage.new_version(table)
             self._write(table, frame, version)

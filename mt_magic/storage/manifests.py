@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from mt_magic.spark.files import Files, Listing
 
 MANIFESTS_DIR = "_manifests"
+CARRIED = "__mt_state"      # the prefix of a state's columns written in the data's own files
 
 
 def manifest_name(snapshot: dict[str, dict]) -> str:
@@ -33,6 +34,15 @@ class Manifest:
     state: str | None = None                # the hidden state's folder
     state_schema: str | None = None         # its schema (JSON), read without asking the files
     state_format: str = "parquet"           # the format its files are written in
+
+    @property
+    def state_columns(self) -> list[str]:
+        return [f["name"] for f in json.loads(self.state_schema)["fields"]] if self.state_schema else []
+
+    @property
+    def carried(self) -> bool:
+        """The state's columns are in the data's files (its folder is the data's version)."""
+        return any(name.startswith(CARRIED) for name in self.state_columns)
 
 
 class Manifests:
