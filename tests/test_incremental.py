@@ -139,6 +139,21 @@ def test_an_aggregates_state_rides_in_its_data_files_unless_having_filters_group
             assert in_files == ["k", "total", "__mt_state_g0", "__mt_state_a0"]
 
 
+def test_a_partitioned_aggregate_rewrites_only_the_partitions_its_change_touches(spark, gw):
+    spark.sql("CREATE TABLE src (k INT, amount DOUBLE, ds STRING) USING parquet")
+    spark.sql("INSERT INTO src VALUES (1, 1.0, 'a'), (2, 2.0, 'a'), (1, 3.0, 'b'), (3, 1.0, NULL)")
+    query = "SELECT k, COUNT(*) AS n, SUM(amount) AS total, ds FROM src GROUP BY ds, k"
+    gw.execute(f"CREATE MATERIALIZED TABLE parts PARTITIONED BY (ds) WITH ('refresh.policy' = 'incremental') "
+               f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    for rows, written in (("(1, 5.0, 'b'), (4, 1.0, 'b')", 2), ("(3, 2.0, NULL), (5, 1.0, 'c')", 2),
+                          ("(2, 1.0, 'a')", 2)):
+        spark.sql(f"INSERT INTO src VALUES {rows}")
+        gw.refresh("parts")
+        entry = gw.history("parts", limit=1)[0]
+        assert (entry["technique"], entry["rows"]) == ("incremental", written), entry   # the touched groups only
+        assert _multiset(spark.table("parts").collect()) == _multiset(spark.sql(query).collect())
+
+
 def test_every_shape_stays_equal_to_its_query(spark, tables):
     gw = tables
 

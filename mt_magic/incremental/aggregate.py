@@ -5,6 +5,7 @@ HAVING applied."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -53,15 +54,21 @@ class Aggregate:
         """The state of the whole input: partials per group."""
         return sql(self._state_select(replaced(self.select, lambda i: names(i, version))))
 
-    def merged(self, old_state: str, appended: set[str], names: Names) -> str | None:
-        """The new state: the old one and the change's partials, merged by group."""
+    def merged(self, old_state: str, appended: set[str], names: Names, within: str | None = None) -> str | None:
+        """The new state: the old one and the change's partials, merged by group. `within`: a key
+        column of the state; only the old groups that share a value of it with the change's come along
+        (a partitioned table's other partitions stay as they are)."""
         terms = [self._state_select(term, rows=True)
                  for term in term_trees(self.select, self.occurrences, 0, appended, names)]
         if not terms:
             return None
         keys = [f"{STATE_KEY}{i}" for i in range(len(self.keys))]
         columns = keys + [f"{p.merge}({STATE_PARTIAL}{j}) AS {STATE_PARTIAL}{j}" for j, p in enumerate(self.partials)]
-        union = " UNION ALL ".join([f"SELECT * FROM {old_state}"] + [sql(t) for t in terms])
+        change = " UNION ALL ".join(sql(t) for t in terms)
+        old = f"SELECT * FROM {old_state}"
+        if within is not None:
+            old += f" AS old WHERE EXISTS (SELECT 1 FROM ({change}) AS change WHERE change.{within} <=> old.{within})"
+        union = f"{old} UNION ALL {change}"
         group = f" GROUP BY {', '.join(keys)}" if keys else ""
         return f"SELECT {', '.join(columns)} FROM ({union}) AS merged{group}"
 
@@ -73,6 +80,11 @@ class Aggregate:
             columns += [f"{c} AS {quoted(carry + c)}" for c in self.state_columns]
         where = f" WHERE {self.having}" if self.having else ""
         return f"SELECT {', '.join(columns)} FROM {state}{where}"
+
+    def key_column(self, index: int) -> str | None:
+        """The state's key column that output column `index` is, as it is; None when it is not one."""
+        final = self.finals[index]
+        return final if re.fullmatch(rf"{STATE_KEY}\d+", final) else None
 
     @property
     def state_columns(self) -> list[str]:

@@ -196,8 +196,8 @@ class Chooser:
         data's files: its columns' share of them, the rest being written by either technique)."""
         branches = rule.occurrences if isinstance(rule, Linear) else (rule.occurrences,)
         sources = {s: SourceBytes(d.total_bytes - d.added_bytes, d.added_bytes) for s, d in changes.items()}
-        state = sum(size for size, _ in self.files.listing(manifest.state).values()) \
-            if isinstance(rule, STATEFUL) else None
+        state = sum(size for path in manifest.state_paths(table.storage) for size, _ in
+                    self.files.listing(path).values()) if isinstance(rule, STATEFUL) else None
         if state is not None and manifest.carried:
             carried = len(manifest.state_columns)
             state = state * carried // (carried + len(table.columns))

@@ -69,6 +69,23 @@ def carries_state(table: MaterializedTable, rule: Stateful) -> bool:
         not any(c.name.lower().startswith(CARRIED) for c in table.columns)
 
 
+def partitioning_key(table: MaterializedTable, rule: Stateful, manifest: Manifest) -> str | None:
+    """The state's key column that a table's one partition column is, where a refresh may rewrite only
+    the partitions its change touches: the state is in the data's files, and the column is the group
+    key as it is, stored with the key's own type (no two key values share a partition)."""
+    if len(table.partition_keys) != 1 or not isinstance(rule, Aggregate) or not manifest.carried or \
+            not carries_state(table, rule):
+        return None
+    partition = table.partition_keys[0].lower()
+    names = [name.lower() for name in table.query_columns]
+    declared = next((c for c in table.columns if c.name.lower() == partition), None)
+    column = rule.key_column(names.index(partition)) if partition in names else None
+    if column is None or declared is None or declared.computed is not None:
+        return None
+    stored = {f["name"]: f["type"] for f in json.loads(manifest.state_schema)["fields"]}
+    return column if stored.get(f"{CARRIED}{column}") == declared.type_json else None
+
+
 class Maintainer:
     """The incremental runs of this process's tables, and the full ones that keep a state."""
 
@@ -89,9 +106,12 @@ class Maintainer:
             names = relations.naming(rule.sources, changes, readings)
             if isinstance(rule, Linear):
                 return self._append(table, rule.delta(appended, names.name), relations)
-            old = relations.add("old_state", self._state(manifest))
-            return self._stateful(table, rule, rule.merged(old, appended, names.name) or f"SELECT * FROM {old}",
-                                   relations)
+            old = relations.add("old_state", self._state(table, manifest))
+            within = partitioning_key(table, rule, manifest)
+            merged = rule.merged(old, appended, names.name, within) if within else \
+                rule.merged(old, appended, names.name)
+            return self._stateful(table, rule, merged or f"SELECT * FROM {old}", relations,
+                                  touched=within is not None and merged is not None)
 
     def recompute(self, table: MaterializedTable, rule: Stateful, changes: dict[str, SourceDelta],
                   readings: dict[str, Reading]) -> Maintained:
@@ -103,10 +123,11 @@ class Maintainer:
     def _scope(self, table: MaterializedTable, what: str) -> _Relations:
         return _Relations(self.spark, table, what)
 
-    def _state(self, manifest: Manifest) -> Any:
+    def _state(self, table: MaterializedTable, manifest: Manifest) -> Any:
         """The published state, its columns by the names the rule's SQL gives them."""
         schema = T.StructType.fromJson(json.loads(manifest.state_schema))
-        frame = self.spark.read.format(manifest.state_format).schema(schema).load(manifest.state)
+        frame = self.spark.read.format(manifest.state_format).schema(schema).load(
+            manifest.state_paths(table.storage))
         carried = [f.name for f in schema.fields if f.name.startswith(CARRIED)]
         return frame.selectExpr(*[f"`{n}` AS `{n[len(CARRIED):]}`" for n in carried]) if carried else frame
 
@@ -131,10 +152,11 @@ class Maintainer:
                           delta_rows=read)
 
     def _stateful(self, table: MaterializedTable, rule: Stateful, state_sql: str,
-                   relations: _Relations) -> Maintained:
+                   relations: _Relations, touched: bool = False) -> Maintained:
+        """`touched`: the state SQL holds only the groups of the partitions the change touches."""
         started = time.monotonic()
         if carries_state(table, rule):
-            return self._carrying(table, rule, state_sql, relations, started)
+            return self._carrying(table, rule, state_sql, relations, started, touched)
         stage = self.storage.new_version(table)
         try:
             with relations.query(state_sql) as state:
@@ -159,8 +181,9 @@ class Maintainer:
                           state_folder, schema.json(), read)
 
     def _carrying(self, table: MaterializedTable, rule: Aggregate, state_sql: str, relations: _Relations,
-                  started: float) -> Maintained:
-        """One write: the result's columns and the state's, in the same files."""
+                  started: float, touched: bool) -> Maintained:
+        """One write: the result's columns and the state's, in the same files; `touched`: of the
+        partitions written, the others published as they are."""
         hidden = [f"{CARRIED}{c}" for c in rule.state_columns]
         with relations.query(rule.output(f"({state_sql}) AS mt_state", table.query_columns, CARRIED)) as output:
             frame, rows = counting_rows(shape(output, table.columns, table.identifier, carried=hidden))
@@ -171,7 +194,12 @@ class Maintainer:
             self._write(table, frame, version)
         read = relations.delta_rows()
         self.storage.files.mkdirs(version)
-        published = self._publish(table, version)
+        target = Target()
+        if touched:
+            key = table.partition_keys[0]
+            target = Target(key=key, values=tuple(dict(spec)[key] for spec, _ in
+                                                  self.storage.written_partitions(version, table.partition_keys)))
+        published = self._publish(table, version, target)
         state_schema = T.StructType([f for f in schema.fields if f.name in hidden])
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           version, state_schema.json(), read, table.storage.format.lower())
@@ -184,9 +212,9 @@ class Maintainer:
             self.storage.remove(folder, settle_s=FAILED_TASKS_SETTLE_S)
             raise
 
-    def _publish(self, table: MaterializedTable, version: str) -> Storage:
+    def _publish(self, table: MaterializedTable, version: str, target: Target = Target()) -> Storage:
         try:
-            published = self.storage.publish(table, version, Target())
+            published = self.storage.publish(table, version, target)
         except BaseException:
             self.storage.discard_version(table, version)
             raise

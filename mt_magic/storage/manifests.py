@@ -16,6 +16,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from mt_magic.catalog.model import Storage
 from mt_magic.spark.files import Files, Listing
 
 MANIFESTS_DIR = "_manifests"
@@ -43,6 +44,13 @@ class Manifest:
     def carried(self) -> bool:
         """The state's columns are in the data's files (its folder is the data's version)."""
         return any(name.startswith(CARRIED) for name in self.state_columns)
+
+    def state_paths(self, published: Storage) -> list[str]:
+        """Where the state's files are: a state in the data's files is the published data, whose
+        partitions (where the catalog holds them) lie in the versions that last wrote them."""
+        if self.carried and published.partitions:
+            return [p.location for p in published.partitions]
+        return [self.state] if self.state else []
 
 
 class Manifests:

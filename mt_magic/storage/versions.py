@@ -202,7 +202,7 @@ class TableStorage:
                 return replace(storage, location=version, partitions=())
         if not table.partition_keys or not storage.catalog_partitions:
             if table.partition_keys and not target.whole:   # the partitions not rewritten come along
-                for key, path in self._written_partitions(storage.location, table.partition_keys):
+                for key, path in self.written_partitions(storage.location, table.partition_keys):
                     if not target.matches(dict(key)):
                         self.files.link_tree(path, version.rstrip("/") + path[len(storage.location.rstrip("/")):])
             spark_call(lambda: self.spark.sql(
@@ -210,7 +210,7 @@ class TableStorage:
                 f"Publishing a new version of {table.identifier}")
             return Storage(storage.root, storage.format, version, (), storage.owns_root,
                            storage.catalog_partitions)
-        written = dict(self._written_partitions(version, table.partition_keys))
+        written = dict(self.written_partitions(version, table.partition_keys))
         replaced = {tuple(p.spec.items()): p.location for p in storage.partitions if target.matches(p.spec)}
         kept = {tuple(p.spec.items()): p.location for p in storage.partitions
                 if tuple(p.spec.items()) not in replaced}
@@ -238,7 +238,7 @@ class TableStorage:
             return False
         return True
 
-    def _written_partitions(self, version: str, keys: tuple[str, ...]) -> Iterable[tuple[tuple, str]]:
+    def written_partitions(self, version: str, keys: tuple[str, ...]) -> Iterable[tuple[tuple, str]]:
         """The partition folders a write produced: key=value/... down to the last key."""
         level = [((), version)]
         for key in keys:
