@@ -26,7 +26,7 @@ from mt_magic.storage.manifests import Manifest, Manifests
 from mt_magic.spark.catalog import refresh_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import error_text, spark_call
-from mt_magic.spark.session import session_info
+from mt_magic.spark.session import is_connect, session_info
 from mt_magic.storage.versions import Target
 from mt_magic.sql.freshness import IntervalFreshness
 
@@ -59,11 +59,12 @@ class Runs:
                 raise TableNotFoundError(f"Materialized table {identifier} was dropped.")
             dynamic = current.dynamic_options if trigger in (Trigger.SCHEDULED, Trigger.CATCH_UP) else {}
             started_at, started = now_iso(), time.monotonic()
-            # When the snapshot asks the catalog where the sources live (after a change it does), the
-            # session forgets its cached listings of them at the same time (over Connect the two
-            # requests travel together): a refresh reads what is there now.
+            # When the snapshot asks the catalog where the sources live (after a change it does), a
+            # Connect session forgets its cached listings of them at the same time (the two requests
+            # travel together): a refresh reads what is there now. A classic session forgets them when
+            # a refresh reads the tables (not a skip, nor a refresh from the listed files).
             listings = alongside(self.ws.spark, refresh_listings, self.ws.spark, current.source_tables) \
-                if self.snapshots.looks_up(current) else None
+                if is_connect(self.ws.spark) and self.snapshots.looks_up(current) else None
             whole = not spec and trigger is not Trigger.BACKFILL
             preparing = alongside(self.ws.spark, self.chooser.prepare, current) if whole else None
             # Taken before the refresh reads: a change while it runs shows at the next comparison.
