@@ -65,7 +65,8 @@ class Gateway:
         self._owning = threading.RLock()      # held while this gateway acts as the owner
         self._ownership = Ownership(self._ws.store.path, Holder.me(kind, session_info(spark).application_id),
                                     become_owner=self._own, become_client=self._disown,
-                                    serve=self._serve, on_store_change=self._follower.follow)
+                                    serve=self._serve, on_store_change=self._follower.follow,
+                                    store_stamp=self._ws.store.stamp)
         self._ownership.start()
         self._closed = False
         _close_at_exit(self)      # a process that ends lets go of the store at once

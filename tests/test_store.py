@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
 from mt_magic import MaterializedTableError
 from mt_magic.catalog.handlers import JobHandler, ScheduleHandler
 from mt_magic.catalog.model import Column, MaterializedTable, PartitionLocation, RefreshOutcome, Storage
-from mt_magic.catalog.store import CatalogStore
+from mt_magic.catalog.store import LAYOUT, CatalogStore
 
 
 def record(name: str = "t", **changes) -> MaterializedTable:
@@ -87,7 +92,7 @@ def test_schema_version_is_written_and_checked(tmp_path):
     path = tmp_path / "catalog.json"
     CatalogStore(str(path))
     data = json.loads(path.read_text())
-    assert data["meta"]["1"]["schema_version"] == 1
+    assert data == {"meta": {"1": {"schema_version": LAYOUT}}}
     data["meta"]["1"]["schema_version"] = 99
     path.write_text(json.dumps(data))
     with pytest.raises(MaterializedTableError, match="written by a newer mt_magic"):
@@ -116,5 +121,90 @@ def test_concurrent_updates_from_threads_and_processes_are_all_kept(tmp_path):
         worker.join(120)
     assert all(p.exitcode == 0 for p in processes)
     assert store.get("spark_catalog.db.t").options["n"] == "120"
-    json.loads((tmp_path / "catalog.json").read_text())      # still whole, valid JSON
-    assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.glob("**/*.tmp"))
+
+
+def _bump_tables(path: str, names: list[str], times: int) -> None:
+    store = CatalogStore(path)
+    for _ in range(times):
+        for name in names:
+            store.update(f"spark_catalog.db.{name}",
+                         lambda t: t.evolve(options={"n": str(int(t.options["n"]) + 1)}))
+
+
+def test_processes_writing_different_tables_at_once_lose_nothing(tmp_path):
+    path = str(tmp_path / "catalog.json")
+    store = CatalogStore(path)
+    for name in "abcd":
+        store.put(record(name, options={"n": "0"}))
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_bump_tables, args=(path, names, 25)) for names in (["a", "b"], ["c"])]
+    for process in processes:
+        process.start()
+    _bump_tables(path, ["d"], 25)
+    for process in processes:
+        process.join(120)
+    assert all(p.exitcode == 0 for p in processes)
+    assert {t.name: t.options["n"] for t in store.list()} == {"a": "25", "b": "25", "c": "25", "d": "25"}
+
+
+_WRITER = """
+import sys
+from mt_magic.catalog.store import CatalogStore
+store = CatalogStore(sys.argv[1])
+print("writing", flush=True)
+n = 0
+while True:
+    n += 1
+    store.update("spark_catalog.db.busy", lambda t: t.evolve(options={"n": str(n)}, comment="x" * (n % 5000)))
+"""
+
+
+def test_a_sigkill_during_one_tables_write_leaves_every_other_record_intact(tmp_path):
+    path = str(tmp_path / "catalog.json")
+    store = CatalogStore(path)
+    others = [record(f"t{n}", options={"n": str(n)}) for n in range(20)]
+    for table in others + [record("busy", options={"n": "0"})]:
+        store.put(table)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for delay in (0.05, 0.2, 0.5):
+        worker = subprocess.Popen([sys.executable, "-c", _WRITER, path], env=env, stdout=subprocess.PIPE, text=True)
+        assert worker.stdout.readline().strip() == "writing"
+        time.sleep(delay)         # mid-loop: the kill lands in a read, a write or a rename
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(30)
+        reopened = CatalogStore(path)
+        assert [t for t in reopened.list() if t.name != "busy"] == sorted(others, key=lambda t: t.identifier)
+        busy = reopened.get("spark_catalog.db.busy")
+        assert busy is not None and int(busy.options["n"]) > 0      # its last whole write
+
+
+def test_a_store_of_the_first_layout_moves_to_a_file_per_table_losing_nothing(tmp_path):
+    """tests/data/catalog_v1.json was written by mt_magic before this layout (two tables, one of them
+    SUSPENDED, and one whose DROP had not finished)."""
+    legacy = json.loads(open(os.path.join(os.path.dirname(__file__), "data", "catalog_v1.json")).read())
+    expected = {d["identifier"]: MaterializedTable.from_document(
+        {k: v for k, v in d.items() if k not in ("identifier", "dropping")})
+        for d in legacy["materialized_tables"].values()}
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps(legacy))
+    # a kill while the records move (after the first is written): the next open moves them again
+    code = ("import os, signal, sys\n"
+            "real, calls = os.replace, []\n"
+            "def replace(*a):\n"
+            "    calls.append(a)\n"
+            "    if len(calls) == 2: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    real(*a)\n"
+            "os.replace = replace\n"
+            "from mt_magic.catalog.store import CatalogStore\n"
+            "CatalogStore(sys.argv[1])\n")
+    killed = subprocess.run([sys.executable, "-c", code, str(path)], timeout=60,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert killed.returncode == -signal.SIGKILL and "materialized_tables" in json.loads(path.read_text())
+    store = CatalogStore(str(path))
+    assert {t.identifier: t for t in store.list()} == {
+        i: t for i, t in expected.items() if i != "spark_catalog.default.gone"}
+    assert store.dropping() == [expected["spark_catalog.default.gone"]]
+    assert store.get("spark_catalog.default.flat").refresh_status == "SUSPENDED"
+    assert json.loads(path.read_text()) == {"meta": {"1": {"schema_version": LAYOUT}}}
+    assert CatalogStore(str(path)).list() == store.list()       # opened again: nothing moves twice

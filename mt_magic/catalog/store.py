@@ -1,71 +1,60 @@
-"""The catalog store: one TinyDB JSON file, safe across threads, processes and kills."""
+"""The catalog store: the records of every materialized table, safe across threads, processes and
+kills. `catalog.json` names the store and its layout; each table's record is a file of its own
+(catalog/records.py), so a statement on one table costs one table, not the store."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from filelock import FileLock
-from tinydb import Query, TinyDB
-from tinydb.storages import Storage
+from tinydb import TinyDB
 
-from mt_magic.catalog.jsonfile import read_json, write_json
-from mt_magic.catalog.model import SCHEMA_VERSION, MaterializedTable
+from mt_magic.catalog.jsonfile import read_json
+from mt_magic.catalog.model import MaterializedTable
+from mt_magic.catalog.records import AtomicJSONStorage, RecordFiles
 from mt_magic.errors import MaterializedTableError
 
-_TABLES = "materialized_tables"
+_TABLES = "materialized_tables"     # layout 1: every record in catalog.json itself
 _META = "meta"
 _DROPPING = "dropping"          # a record's mark while its DROP deletes the data
-
-
-class AtomicJSONStorage(Storage):
-    """Writes a temporary file, fsyncs it and renames it over the old one: never a torn file."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def read(self) -> dict | None:
-        return read_json(self.path)
-
-    def write(self, data: dict) -> None:
-        write_json(self.path, data, durable=True)
+LAYOUT = 2                      # the store's layout (meta's schema_version): 2 = a file per record
 
 
 class CatalogStore:
-    """Materialized-table records by identifier; every operation re-reads the file under a lock."""
+    """Materialized-table records by identifier; every read sees the latest write of any process."""
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self._file_lock = FileLock(self.path + ".lock")
+        home = os.path.dirname(self.path)
+        os.makedirs(home, exist_ok=True)
+        self._records = RecordFiles(home)
         self._thread_lock = threading.RLock()
         self._table_locks: dict[str, FileLock] = {}
-        self._lock_dir = os.path.join(os.path.dirname(self.path), ".locks")
-        os.makedirs(self._lock_dir, exist_ok=True)
-        with self._thread_lock, self._file_lock:
+        self._lock_dir = os.path.join(home, ".locks")
+        with self._thread_lock, FileLock(self.path + ".lock"):
             _check_ours(self.path)
-        with self._db() as db:
-            meta = db.table(_META, cache_size=0)
-            version = meta.get(doc_id=1)
-            if version is None:
-                meta.insert({"schema_version": SCHEMA_VERSION})
-            elif version["schema_version"] > SCHEMA_VERSION:
+            self._open_layout()
+
+    def _open_layout(self) -> None:
+        """Write the layout on a new store; move the records of a layout-1 store into their own files
+        (each record first, then catalog.json: a kill in between moves them again, losing nothing)."""
+        db = TinyDB(self.path, storage=AtomicJSONStorage)
+        try:
+            meta = db.table(_META, cache_size=0).get(doc_id=1)
+            if meta is not None and meta["schema_version"] > LAYOUT:
                 raise MaterializedTableError(
                     f"The catalog store {self.path} was written by a newer mt_magic (schema version "
-                    f"{version['schema_version']}, this one reads {SCHEMA_VERSION}).")
-
-    @contextmanager
-    def _db(self) -> Iterator[TinyDB]:
-        # A fresh TinyDB per operation: no cached documents or id counters from before the lock.
-        with self._thread_lock, self._file_lock:
-            db = TinyDB(self.path, storage=AtomicJSONStorage)
-            try:
-                yield db
-            finally:
-                db.close()
+                    f"{meta['schema_version']}, this one reads {LAYOUT}).")
+            if meta is not None and meta["schema_version"] == LAYOUT:
+                return
+            for document in db.table(_TABLES, cache_size=0).all():
+                self._records.write(dict(document))
+            db.storage.write({_META: {"1": {"schema_version": LAYOUT}}})
+        finally:
+            db.close()
 
     def table_lock(self, identifier: str) -> FileLock:
         """One table's lock beside the store: one refresh or publish of a table at a time, whichever
@@ -77,40 +66,33 @@ class CatalogStore:
                 lock = self._table_locks[identifier] = FileLock(os.path.join(self._lock_dir, f"{name}.lock"))
             return lock
 
+    def stamp(self) -> int:
+        """Changes whenever any record does."""
+        return self._records.stamp()
+
     def get(self, identifier: str) -> MaterializedTable | None:
-        with self._db() as db:
-            doc = db.table(_TABLES, cache_size=0).get(Query().identifier == identifier)
+        doc = self._records.read(identifier)
         return MaterializedTable.from_document(_strip(doc)) if doc and not doc.get(_DROPPING) else None
 
     def list(self) -> list[MaterializedTable]:
-        return self._records(dropping=False)
+        return self._list(dropping=False)
 
     def dropping(self) -> list[MaterializedTable]:
         """Records whose DROP has not finished deleting their data (it was killed, or failed)."""
-        return self._records(dropping=True)
+        return self._list(dropping=True)
 
-    def _records(self, dropping: bool) -> list[MaterializedTable]:
-        with self._db() as db:
-            docs = db.table(_TABLES, cache_size=0).all()
-        return sorted((MaterializedTable.from_document(_strip(d)) for d in docs
+    def _list(self, dropping: bool) -> list[MaterializedTable]:
+        return sorted((MaterializedTable.from_document(_strip(d)) for d in self._records.all()
                        if bool(d.get(_DROPPING)) is dropping), key=lambda t: t.identifier)
 
     def put(self, table: MaterializedTable) -> None:
-        doc = {**table.to_document(), "identifier": table.identifier}
-
-        def whole(current: dict) -> None:     # not merged: no key of an older record survives
-            current.clear()
-            current.update(doc)
-
-        with self._db() as db:
-            tables = db.table(_TABLES, cache_size=0)
-            if not tables.update(whole, Query().identifier == table.identifier):
-                tables.insert(doc)
+        with self._records.locked(table.identifier):
+            self._records.write({**table.to_document(), "identifier": table.identifier})
 
     def update(self, identifier: str,
                change: Callable[[MaterializedTable], MaterializedTable]) -> MaterializedTable | None:
-        """Read-modify-write of one record under the lock, so concurrent writers do not clobber."""
-        with self._db():
+        """Read-modify-write of one record under its lock, so concurrent writers do not clobber."""
+        with self._records.locked(identifier):
             current = self.get(identifier)
             if current is None:
                 return None
@@ -121,19 +103,19 @@ class CatalogStore:
     def retire(self, identifier: str) -> MaterializedTable | None:
         """The first step of a DROP, one write: the table is gone for every reader of the store,
         and its record stays (marked) until its data is deleted. Returns the record."""
-        with self._db() as db:
-            tables = db.table(_TABLES, cache_size=0)
-            doc = tables.get(Query().identifier == identifier)
+        with self._records.locked(identifier):
+            doc = self._records.read(identifier)
             if doc is None:
                 return None
-            tables.update({_DROPPING: True}, Query().identifier == identifier)
+            self._records.write({**doc, _DROPPING: True})
         return MaterializedTable.from_document(_strip(doc))
 
     def forget(self, identifier: str) -> None:
         """The last step of a DROP: the retired record goes (a new table of that name stays)."""
-        with self._db() as db:
-            db.table(_TABLES, cache_size=0).remove((Query().identifier == identifier)
-                                                   & (Query()[_DROPPING] == True))  # noqa: E712
+        with self._records.locked(identifier):
+            doc = self._records.read(identifier)
+            if doc is not None and doc.get(_DROPPING):
+                self._records.remove(identifier)
 
 
 def _check_ours(path: str) -> None:

@@ -11,6 +11,7 @@ from mt_magic.catalog.history import HISTORY_DIR
 from mt_magic.catalog.jsonfile import remove_stale_temporaries
 from mt_magic.catalog.mailbox import MAILBOX_DIR
 from mt_magic.catalog.pending import PENDING_DIR
+from mt_magic.catalog.records import RECORDS_DIR
 from mt_magic.errors import MaterializedTableError
 from mt_magic.manager.workspace import Workspace
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
@@ -33,7 +34,7 @@ def clear_leftovers(ws: Workspace) -> list[str]:
         except (MaterializedTableError, *SPARK_ERRORS) as error:
             warnings.append(f"{name}: recovering an interrupted CREATE TABLE AS: {spark_message(error)}")
     home = ws.home()
-    remove_stale_temporaries([home] + [os.path.join(home, d) for d in (HISTORY_DIR, PENDING_DIR, MAILBOX_DIR)],
+    remove_stale_temporaries([home] + [os.path.join(home, d) for d in (HISTORY_DIR, PENDING_DIR, MAILBOX_DIR, RECORDS_DIR)],
                              STALE_TEMPORARY_S)
     sweep_retired(ws)
     return warnings

@@ -10,10 +10,9 @@ once this gateway runs the pipelines (role OWNER).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from enum import StrEnum
 
 from mt_magic.catalog.lease import HEARTBEAT_S, Holder, Lease, OwnerKind
@@ -39,11 +38,12 @@ class OwnershipError(MaterializedTableError):
 class Ownership:
     def __init__(self, store_path: str, me: Holder, *, become_owner: Callable[[], None],
                  become_client: Callable[[], None], serve: Callable[[dict], dict],
-                 on_store_change: Callable[[], None]) -> None:
+                 on_store_change: Callable[[], None], store_stamp: Callable[[], Hashable]) -> None:
         self.me = me
         self.lease = Lease(store_path)
         self.mailbox = Mailbox(store_path)
         self._store_path = store_path
+        self._stamp = store_stamp
         self._become_owner = become_owner
         self._become_client = become_client
         self._serve = serve
@@ -53,7 +53,7 @@ class Ownership:
         self._stop = threading.Event()
         self._handing_over = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._store_stamp: tuple[int, int] | None = None
+        self._store_stamp: Hashable = None
 
     # ---------------------------------------------------------------- start
     def start(self) -> None:
@@ -155,13 +155,6 @@ class Ownership:
         if stamp != self._store_stamp:
             self._store_stamp = stamp
             self._on_store_change()
-
-    def _stamp(self) -> tuple[int, int] | None:
-        try:
-            stat = os.stat(self._store_path)
-        except FileNotFoundError:
-            return None
-        return stat.st_mtime_ns, stat.st_size
 
     # --------------------------------------------------------------- client
     def send(self, request: dict, take_timeout_s: float) -> dict:

@@ -1,0 +1,113 @@
+"""A thousand tables on one store: what each statement, a status of all and opening the store cost.
+
+    python catalog_scale.py [N]        (N = 1000 by default)
+
+Creates N FULL tables (FRESHNESS 1 HOUR, one small source, first refresh on schedule) and prints:
+CREATE of the first and the last 10 (target: last ≤ 1.2× first) and its overhead beyond Spark's own
+analysis + CREATE TABLE of the same query (target ≤ 20 ms); a store write (SUSPEND / RESUME of one table,
+median; ≤ 20 ms); SHOW MATERIALIZED TABLES (≤ 50 ms); the status of all tables (≤ 200 ms); opening a new
+Gateway on the store in the same session, where Spark's catalog knows the tables (≤ 2 s); and in a new
+process, where every table must be registered: until its first statement has run (≤ 2 s) and until every
+table is registered (≤ 8 s). Exits non-zero when a target is missed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from workload import exit_on_missed, median, timed
+
+QUERY = "SELECT k, COUNT(*) AS c FROM src GROUP BY k"
+CONFIG = {"materialized-table.full.initialize": "on-schedule"}
+
+# A new process opens the store: its own session (not timed), then the Gateway, then one statement on
+# the last table created (likely the last one registered), then waits for every table to be in Spark.
+_NEW_PROCESS = """
+import json, os, sys, time
+from mt_magic import Gateway
+from mt_magic.session import local_session
+work, last, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+spark = local_session("mt_magic-scale-2", warehouse=os.path.join(work, "warehouse"))
+spark.sql("SELECT 1").collect()
+start = time.perf_counter()
+gateway = Gateway(spark, catalog_store=os.path.join(work, "store", "catalog.json"), config=%r)
+opened = time.perf_counter() - start
+gateway.execute(f"ALTER MATERIALIZED TABLE {last} SUSPEND")
+first = time.perf_counter() - start
+assert spark.table(last).columns == ["k", "c"]
+while len(spark.catalog.listTables()) < count + 1:
+    time.sleep(0.05)
+registered = time.perf_counter() - start
+gateway.execute(f"ALTER MATERIALIZED TABLE {last} RESUME")
+gateway.close()
+print(json.dumps({"opened": opened, "first": first, "registered": registered}))
+""" % (CONFIG,)
+
+
+def main() -> None:
+    from mt_magic import Gateway
+    from mt_magic.notebook.status import table_statuses
+    from mt_magic.session import local_session
+
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    work = tempfile.mkdtemp(prefix="mt_magic-scale-")
+    spark = local_session("mt_magic-scale", warehouse=os.path.join(work, "warehouse"))
+    spark.sql("CREATE TABLE src USING parquet AS SELECT id, id % 7 AS k FROM range(100)")
+    store = os.path.join(work, "store", "catalog.json")
+    gateway = Gateway(spark, catalog_store=store, config=CONFIG)
+
+    creates = [timed(lambda n=n: gateway.execute(
+        f"CREATE MATERIALIZED TABLE t{n} FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS {QUERY}"))
+        for n in range(count)]
+    first, last = statistics.median(creates[:10]), statistics.median(creates[-10:])
+    spark_part = statistics.median(
+        timed(lambda n=n: (spark.sql(QUERY).schema,
+                           spark.sql(f"CREATE TABLE e{n} (k BIGINT, c BIGINT) USING parquet")))
+        for n in range(10))
+    print(f"CREATE of {count} tables: first 10 {first * 1000:.0f} ms, last 10 {last * 1000:.0f} ms "
+          f"({last / first:.2f}×); Spark's analysis + CREATE TABLE {spark_part * 1000:.0f} ms, "
+          f"our overhead at the last 10 {(last - spark_part) * 1000:.0f} ms")
+
+    middle = f"t{count // 2}"
+    writes = [timed(lambda s=s: gateway.execute(f"ALTER MATERIALIZED TABLE {middle} {s}"))
+              for _ in range(10) for s in ("SUSPEND", "RESUME")]
+    write = statistics.median(writes)
+    show = median(lambda: gateway.execute("SHOW MATERIALIZED TABLES"), 10)
+    status = median(lambda: table_statuses(gateway), 5)
+    print(f"store write (SUSPEND / RESUME of {middle}, median of 20) {write * 1000:.1f} ms; "
+          f"SHOW MATERIALIZED TABLES {show * 1000:.1f} ms; status of all {status * 1000:.0f} ms")
+
+    gateway.close()
+    same = timed(lambda: Gateway(spark, catalog_store=store, config=CONFIG).close())
+    print(f"open a new Gateway in the same session: {same:.2f} s")
+    for n in range(10):
+        spark.sql(f"DROP TABLE e{n}")
+    spark.stop()
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    output = subprocess.run([sys.executable, "-c", _NEW_PROCESS, work, f"t{count - 1}", str(count)],
+                            env=env, capture_output=True, text=True, check=True).stdout
+    opened = json.loads(output.strip().splitlines()[-1])
+    print(f"open in a new process: Gateway {opened['opened']:.2f} s, first statement done at "
+          f"{opened['first']:.2f} s, every table registered at {opened['registered']:.2f} s")
+
+    exit_on_missed({
+        "last-10 CREATE ≤ 1.2× first-10": last <= 1.2 * first,
+        "CREATE overhead ≤ 20 ms": last - spark_part <= 0.020,
+        "store write ≤ 20 ms": write <= 0.020,
+        "SHOW ≤ 50 ms": show <= 0.050,
+        "status of all ≤ 200 ms": status <= 0.200,
+        "open in the same session ≤ 2 s": same <= 2.0,
+        "first statement in a new process ≤ 2 s": opened["first"] <= 2.0,
+        "every table registered in a new process ≤ 8 s": opened["registered"] <= 8.0,
+    })
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""The store's records, one small TinyDB file per table: a statement on one table reads and writes
+that table's file alone, so its cost does not grow with the store.
+
+Each file is written whole or not at all (a temporary file renamed over the old one, fsynced), under
+the table's own record lock. A listing re-reads only the files that changed since the last one
+(their inode, size and time say so), so listing a thousand tables costs a folder scan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from filelock import FileLock
+from tinydb import TinyDB
+from tinydb.storages import Storage
+
+from mt_magic.catalog.jsonfile import read_json, write_json
+
+RECORDS_DIR = "tables"
+_RECORD = "record"          # the one TinyDB table of a record file, holding one document
+_SUFFIX = ".json"
+
+
+class AtomicJSONStorage(Storage):
+    """Writes a temporary file, fsyncs it and renames it over the old one: never a torn file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> dict | None:
+        return read_json(self.path)
+
+    def write(self, data: dict) -> None:
+        write_json(self.path, data, durable=True)
+
+
+class RecordFiles:
+    """Documents by identifier, each in `tables/<hash>.json` beside the store (a name never becomes a
+    path: the file is named by a hash of the identifier, which the document also holds)."""
+
+    def __init__(self, home: str) -> None:
+        self.folder = os.path.join(home, RECORDS_DIR)
+        self._lock_dir = os.path.join(home, ".locks")
+        os.makedirs(self.folder, exist_ok=True)
+        os.makedirs(self._lock_dir, exist_ok=True)
+        self._thread_lock = threading.RLock()
+        self._locks: dict[str, FileLock] = {}
+        self._seen: dict[str, tuple[tuple[int, int, int], dict | None]] = {}    # file → (stat, document)
+
+    def path(self, identifier: str) -> str:
+        return os.path.join(self.folder, _file_name(identifier) + _SUFFIX)
+
+    @contextmanager
+    def locked(self, identifier: str) -> Iterator[None]:
+        """One writer of the record at a time, across threads and processes (reentrant in a thread)."""
+        with self._thread_lock:
+            lock = self._locks.get(identifier)
+            if lock is None:
+                lock = self._locks[identifier] = FileLock(
+                    os.path.join(self._lock_dir, _file_name(identifier) + ".record.lock"))
+        with lock:
+            yield
+
+    def read(self, identifier: str) -> dict | None:
+        with self._db(self.path(identifier)) as db:
+            document = db.table(_RECORD, cache_size=0).get(doc_id=1)
+        return dict(document) if document is not None and document.get("identifier") == identifier else None
+
+    def write(self, document: dict) -> None:
+        """The record replaced whole (no key of an older document survives), in one file write."""
+        def whole(current: dict) -> None:
+            current.clear()
+            current.update(document)
+
+        with self._db(self.path(document["identifier"])) as db:
+            table = db.table(_RECORD, cache_size=0)
+            if table.contains(doc_id=1):      # an update that finds nothing would still write
+                table.update(whole, doc_ids=[1])
+            else:
+                table.insert(document)
+
+    def remove(self, identifier: str) -> None:
+        try:
+            os.unlink(self.path(identifier))
+        except FileNotFoundError:
+            pass
+
+    def all(self) -> list[dict]:
+        """Every document; files unchanged since the last call are not read again."""
+        with self._thread_lock:
+            seen: dict[str, tuple[tuple[int, int, int], dict | None]] = {}
+            for entry in os.scandir(self.folder):
+                if not entry.name.endswith(_SUFFIX):
+                    continue          # a writer's temporary file
+                try:
+                    stat = entry.stat()
+                except FileNotFoundError:
+                    continue
+                key = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+                known = self._seen.get(entry.name)
+                if known is not None and known[0] == key:
+                    seen[entry.name] = known
+                    continue
+                try:
+                    document = (read_json(entry.path) or {}).get(_RECORD, {}).get("1")
+                except FileNotFoundError:
+                    continue
+                seen[entry.name] = (key, document)
+            self._seen = seen
+            return [dict(document) for _, document in seen.values() if document]
+
+    def stamp(self) -> int:
+        """Changes whenever any record does: how a client notices another process's write."""
+        with self._thread_lock:
+            self.all()
+            return hash(tuple(sorted((name, key) for name, (key, _) in self._seen.items())))
+
+    @contextmanager
+    def _db(self, path: str) -> Iterator[TinyDB]:
+        # A fresh TinyDB per operation: no cached documents from before the caller's lock.
+        db = TinyDB(path, storage=AtomicJSONStorage)
+        try:
+            yield db
+        finally:
+            db.close()
+
+
+def _file_name(identifier: str) -> str:
+    return hashlib.sha1(identifier.encode("utf-8")).hexdigest()[:24]
