@@ -23,6 +23,7 @@ CHECKPOINT_DIR = "execution.checkpointing.dir"
 STATIC_SOURCES = "materialized-table.continuous.static-sources"
 CONTINUOUS_SHUFFLE_PARTITIONS = "materialized-table.continuous.shuffle-partitions"
 CLIENT_TIMEOUT = "materialized-table.client.timeout"
+OPEN_WAIT = "materialized-table.open.wait"     # how long opening a store waits for its tables in Spark
 HISTORY_RETENTION = "materialized-table.history.retention"
 RESULT_ROWS = "materialized-table.result.max-rows"
 REFRESH_RETRIES = "materialized-table.refresh.retries"
@@ -40,6 +41,7 @@ DEFAULTS: dict[str, str] = {
     FULL_INITIALIZE: "on-create",
     VERSION_RETENTION: "10 min",
     CLIENT_TIMEOUT: "30 s",
+    OPEN_WAIT: "500 ms",
     HISTORY_RETENTION: "10000",
     RESULT_ROWS: "1000",
     REFRESH_RETRIES: "2",
@@ -124,7 +126,7 @@ class Options:
     def check(key: str, value: str) -> None:
         """A value SET may give the key: durations must parse, counts be whole numbers, policies known."""
         if key in (FRESHNESS_THRESHOLD, DEFAULT_FRESHNESS_CONTINUOUS, DEFAULT_FRESHNESS_FULL,
-                   VERSION_RETENTION, CLIENT_TIMEOUT):
+                   VERSION_RETENTION, CLIENT_TIMEOUT, OPEN_WAIT):
             parse_duration(value, key)
         if key in _COUNTS:
             low, high = _COUNTS[key]

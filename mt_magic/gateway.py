@@ -25,6 +25,7 @@ from mt_magic.manager.ownership import Ownership, Role
 from mt_magic.manager.follower import Follower
 from mt_magic.manager.pipelines import PipelineState, Pipelines
 from mt_magic.manager.recovery import Recovery
+from mt_magic.manager.restoring import Restoring
 from mt_magic.manager.plans import Planner
 from mt_magic.manager.workspace import Workspace
 from mt_magic.results import Result
@@ -61,7 +62,9 @@ class Gateway:
         self._follower = Follower(self._ws)
         register_history_function(spark, self._ws.store.path)     # SELECT * FROM mt_refresh_history(…)
         self._planner = Planner(self._ws, self.pipelines, Lifecycle(self._ws, self.pipelines))
-        self.restore_warnings: list[str] = []
+        self._recovery = Recovery(self.pipelines)
+        self._restoring = Restoring(self.pipelines, catch_up=self._recovery.catch_up)
+        self._early_warnings: list[str] = []
         self._owning = threading.RLock()      # held while this gateway acts as the owner
         self._ownership = Ownership(self._ws.store.path, Holder.me(kind, session_info(spark).application_id),
                                     become_owner=self._own, become_client=self._disown,
@@ -104,6 +107,7 @@ class Gateway:
     def _run(self, statement, dry_run: bool) -> Result:
         if not dry_run and isinstance(statement, _OWNER_STATEMENTS) and self._ownership.role is Role.CLIENT:
             return self._forward(statement)
+        self._restoring.named_in(statement.text)      # a table the new owner has not put back yet
         with self._owning, self._ws.analyzer.pinned():
             plan = self._planner.plan(statement)
             return Result.ok(f"Valid: {plan.summary()}.") if dry_run else plan.apply()
@@ -113,15 +117,16 @@ class Gateway:
         with self._owning:
             self.pipelines.runs.owner = True
             quiet_background_output(self.spark)     # background jobs never print into cells
-            recovery = Recovery(self.pipelines)
-            self.restore_warnings = clear_leftovers(self._ws) + recovery.restore()
+            self._early_warnings = clear_leftovers(self._ws) + self._recovery.restore(self._restoring)
             self.pipelines.scheduler.every("mt_magic:retired-folders", SWEEP_EVERY_S,
                                            lambda: sweep_retired(self._ws))
-            recovery.catch_up()          # fires missed while nobody owned the store
+            self._restoring.registered(   # a small store is whole when opening returns
+                self._ws.options.duration(cfg.OPEN_WAIT).total_seconds())
 
     def _disown(self) -> None:
         with self._owning:
             self.pipelines.runs.owner = False
+            self._restoring.stop()
             self.pipelines.stop_all()
 
     def _forward(self, statement) -> Result:
@@ -145,6 +150,17 @@ class Gateway:
             return {"error": {"type": type(error).__name__, "message": str(error)}}
         except Exception as error:   # noqa: BLE001 - the client gets it; the mailbox thread goes on
             return {"error": {"type": "ExecutionError", "message": spark_message(error)}}
+
+    @property
+    def restore_warnings(self) -> list[str]:
+        """What could not be put back when this gateway took the store (tables, streams, leftovers);
+        the part done in the background is added as it goes (see `restored`)."""
+        return self._early_warnings + self._restoring.warnings
+
+    def restored(self, timeout_s: float | None = None) -> bool:
+        """Wait until this owner has put every table back into Spark, restarted the streams and caught
+        up missed fires (opening returns before; a statement on one table waits for that table)."""
+        return self._restoring.wait(timeout_s)
 
     def zone(self) -> tzinfo:
         """The session time zone (spark.sql.session.timeZone): schedules run and are shown in it."""
@@ -177,6 +193,7 @@ class Gateway:
                 partition: Mapping[str, str] | None = None) -> Result:
         """A manual refresh; with schedule_time, exactly what the scheduler does when it fires then."""
         table = self._ws.load(self._ws.name(name))
+        self._restoring.ensure((table.identifier, *table.source_tables))
         return self._guarded(lambda: self.pipelines.refresh(table, dict(partition or {}), schedule_time))
 
     def backfill(self, name: str, start: str, end: str) -> Result:

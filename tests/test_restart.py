@@ -48,6 +48,31 @@ def test_restart_keeps_data_statuses_and_schedules(spark, db, sales, store_path)
         second.close()
 
 
+def test_a_statement_right_after_opening_waits_for_its_table_alone(spark, db, sales, store_path):
+    """A new owner returns before its tables are back in Spark; a statement on one of them (a plain
+    query, an ALTER) waits for that table, and the rest follow in the background."""
+    first = Gateway(spark, catalog_store=store_path, config={"materialized-table.full.initialize": "on-schedule"})
+    for n in range(30):
+        first.execute(f"CREATE MATERIALIZED TABLE t{n:02} REFRESH_MODE = FULL AS SELECT * FROM sales")
+    first.execute("SET 'materialized-table.full.initialize' = 'on-create'")
+    first.execute("CREATE MATERIALIZED TABLE zz REFRESH_MODE = FULL AS "
+                  "SELECT product_id, COUNT(*) AS n FROM sales GROUP BY product_id")
+    expected = table_rows(spark, "zz")
+    first.close()
+    forget_spark_tables(spark, db)
+
+    second = Gateway(spark, catalog_store=store_path, config={"materialized-table.open.wait": "0 ms"})
+    try:
+        (result,) = second.execute("SELECT product_id, n FROM zz")       # the last to be put back
+        assert {tuple(r) for r in result.rows} == expected
+        second.execute("ALTER MATERIALIZED TABLE t29 SUSPEND")
+        assert second.restored(120) and second.restore_warnings == []
+        assert {t.name for t in spark.catalog.listTables(db)} >= {f"t{n:02}" for n in range(30)} | {"zz"}
+        assert second.describe("t29")["refresh_status"] == "SUSPENDED"
+    finally:
+        second.close()
+
+
 def test_restart_rolls_back_a_create_left_initializing(spark, db, sales, store_path):
     first = Gateway(spark, catalog_store=store_path)
     first.execute("CREATE MATERIALIZED TABLE t REFRESH_MODE = FULL AS SELECT * FROM sales")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from filelock import FileLock
 from tinydb import TinyDB
@@ -40,16 +41,18 @@ class AtomicJSONStorage(Storage):
 
 class RecordFiles:
     """Documents by identifier, each in `tables/<hash>.json` beside the store (a name never becomes a
-    path: the file is named by a hash of the identifier, which the document also holds)."""
+    path: the file is named by a hash of the identifier, which the document also holds). `parse`
+    turns a document into what a listing returns, once per version of the file."""
 
-    def __init__(self, home: str) -> None:
+    def __init__(self, home: str, parse: Callable[[dict], Any]) -> None:
+        self._parse = parse
         self.folder = os.path.join(home, RECORDS_DIR)
         self._lock_dir = os.path.join(home, ".locks")
         os.makedirs(self.folder, exist_ok=True)
         os.makedirs(self._lock_dir, exist_ok=True)
         self._thread_lock = threading.RLock()
         self._locks: dict[str, FileLock] = {}
-        self._seen: dict[str, tuple[tuple[int, int, int], dict | None]] = {}    # file → (stat, document)
+        self._seen: dict[str, tuple[tuple[int, int, int], Any]] = {}    # file → (stat, parsed document)
 
     def path(self, identifier: str) -> str:
         return os.path.join(self.folder, _file_name(identifier) + _SUFFIX)
@@ -89,10 +92,10 @@ class RecordFiles:
         except FileNotFoundError:
             pass
 
-    def all(self) -> list[dict]:
-        """Every document; files unchanged since the last call are not read again."""
+    def all(self) -> list[Any]:
+        """Every document, parsed; files unchanged since the last call are not read again."""
         with self._thread_lock:
-            seen: dict[str, tuple[tuple[int, int, int], dict | None]] = {}
+            seen: dict[str, tuple[tuple[int, int, int], Any]] = {}
             for entry in os.scandir(self.folder):
                 if not entry.name.endswith(_SUFFIX):
                     continue          # a writer's temporary file
@@ -109,9 +112,9 @@ class RecordFiles:
                     document = (read_json(entry.path) or {}).get(_RECORD, {}).get("1")
                 except FileNotFoundError:
                     continue
-                seen[entry.name] = (key, document)
+                seen[entry.name] = (key, self._parse(document) if document else None)
             self._seen = seen
-            return [dict(document) for _, document in seen.values() if document]
+            return [parsed for _, parsed in seen.values() if parsed is not None]
 
     def stamp(self) -> int:
         """Changes whenever any record does: how a client notices another process's write."""

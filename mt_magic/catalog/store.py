@@ -30,7 +30,8 @@ class CatalogStore:
         self.path = os.path.abspath(path)
         home = os.path.dirname(self.path)
         os.makedirs(home, exist_ok=True)
-        self._records = RecordFiles(home)
+        self._records = RecordFiles(home, parse=lambda d: (bool(d.get(_DROPPING)),
+                                                           MaterializedTable.from_document(_strip(d))))
         self._thread_lock = threading.RLock()
         self._table_locks: dict[str, FileLock] = {}
         self._lock_dir = os.path.join(home, ".locks")
@@ -82,8 +83,9 @@ class CatalogStore:
         return self._list(dropping=True)
 
     def _list(self, dropping: bool) -> list[MaterializedTable]:
-        return sorted((MaterializedTable.from_document(_strip(d)) for d in self._records.all()
-                       if bool(d.get(_DROPPING)) is dropping), key=lambda t: t.identifier)
+        # Records are immutable: one parsed per version of its file serves every listing.
+        return sorted((table for marked, table in self._records.all() if marked is dropping),
+                      key=lambda t: t.identifier)
 
     def put(self, table: MaterializedTable) -> None:
         with self._records.locked(table.identifier):

@@ -11,6 +11,7 @@ from mt_magic.catalog.history import Trigger
 from mt_magic.catalog.model import ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable
 from mt_magic.errors import MaterializedTableError
 from mt_magic.manager.pipelines import Pipelines
+from mt_magic.manager.restoring import Restoring
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT
 from mt_magic.refresh.scheduler import next_fire
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
@@ -25,10 +26,11 @@ class Recovery:
         self.pipelines = pipelines
         self.ws = pipelines.ws
 
-    def restore(self) -> list[str]:
-        """Every table back into Spark, unfinished CREATEs rolled back, FULL tables rescheduled
-        (SUSPENDED ones paused), ACTIVATED streams restarted; the warnings of what could not be."""
-        pipelines, warnings = self.pipelines, []
+    def restore(self, restoring: Restoring) -> list[str]:
+        """Unfinished CREATEs rolled back and DROPs finished, the schedules of FULL tables and change
+        detectors set (SUSPENDED ones paused); the rest — tables back into Spark, streams restarted,
+        sweeps, missed fires — goes on in the background (`restoring`). The warnings so far."""
+        pipelines, warnings, tables = self.pipelines, [], []
         try:
             pipelines.finish_drops()
         except (MaterializedTableError, *SPARK_ERRORS) as error:
@@ -39,20 +41,12 @@ class Recovery:
                     warnings.append(f"{table.identifier}: rolled back an unfinished CREATE.")
                     pipelines.discard(table)
                     continue
-                self.ws.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{table.catalog}`.`{table.database}`")
-                self.ws.storage.follow(table)
                 if not table.streams:
                     pipelines.start(table, fresh=False, paused=table.refresh_status == SUSPENDED)
-                elif table.refresh_status == ACTIVATED:
-                    try:
-                        handler = pipelines.start(table, fresh=False)
-                    except (MaterializedTableError, *SPARK_ERRORS) as error:
-                        pipelines.streams.failed(table.identifier, spark_message(error))   # retried, or suspended
-                        raise
-                    self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_handler=handler))
-                self.ws.storage.sweep(table, self.ws.retention_s())
+                tables.append(table)
             except (MaterializedTableError, *SPARK_ERRORS) as error:
                 warnings.append(f"{table.identifier}: {spark_message(error)}")
+        restoring.start(tables)
         return warnings
 
     def catch_up(self) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from mt_magic.catalog.handlers import JobHandler, RefreshHandler, ScheduleHandler
-from mt_magic.catalog.model import MaterializedTable, Outcome
+from mt_magic.catalog.model import Outcome
 from mt_magic.gateway import Gateway
 from mt_magic.manager.pipelines import PipelineState
 from mt_magic.sql.freshness import IntervalFreshness
@@ -63,11 +63,14 @@ def table_statuses(gateway: Gateway, now: datetime | None = None) -> list[TableS
     """Every materialized table in the store, ordered by identifier."""
     now = now or datetime.now(timezone.utc)
     states = sorted(gateway.status(), key=lambda s: s.table.identifier)
-    tables = [s.table for s in states]
-    return [_status(s, tables, now) for s in states]
+    readers: dict[str, list[str]] = {}
+    for state in states:
+        for source in state.table.source_tables:
+            readers.setdefault(source, []).append(state.table.identifier)
+    return [_status(s, tuple(readers.get(s.table.identifier, ())), now) for s in states]
 
 
-def _status(state: PipelineState, tables: list[MaterializedTable], now: datetime) -> TableStatus:
+def _status(state: PipelineState, readers: tuple[str, ...], now: datetime) -> TableStatus:
     table = state.table
     history = _history(state)
     published = _published_at(state, history)
@@ -81,8 +84,7 @@ def _status(state: PipelineState, tables: list[MaterializedTable], now: datetime
         last=history[-1] if history else None,
         next_refresh=state.next_refresh,
         handler=_handler_text(table.refresh_handler), error=error, history=tuple(history),
-        sources=table.source_tables,
-        readers=tuple(t.identifier for t in tables if table.identifier in t.source_tables))
+        sources=table.source_tables, readers=readers)
 
 
 def _history(state: PipelineState) -> list[Refresh]:

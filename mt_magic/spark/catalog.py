@@ -123,6 +123,16 @@ def tables_facts(spark: Any, identifiers: Sequence[str]) -> dict[str, TableFacts
             for i in identifiers}
 
 
+def databases_tables(spark: Any, databases: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[str, TableFacts]]:
+    """Every table of each (catalog, database) and where it lives, by lower-cased name: one SHOW TABLE
+    EXTENDED per database, side by side over Connect."""
+    asked = {key: alongside(spark, command_rows, spark, f"SHOW TABLE EXTENDED IN {quote_identifier(key[0])}."
+                            f"{quote_identifier(key[1])} LIKE '*'") for key in databases}
+    return {key: {row[1].lower(): _facts_of_information(row[3])
+                  for row in spark_call(request.result, f"Listing the tables of {key[0]}.{key[1]}") if not row[2]}
+            for key, request in asked.items()}
+
+
 def _facts_of_information(information: str) -> TableFacts:
     details = dict(line.split(": ", 1) for line in information.splitlines() if ": " in line)
     columns = re.findall(r"`((?:[^`]|``)*)`", details.get("Partition Columns", ""))

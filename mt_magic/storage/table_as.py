@@ -24,7 +24,8 @@ from pyspark.sql import DataFrame
 from mt_magic.catalog.pending import PendingWrites
 from mt_magic.errors import ValidationError
 from mt_magic.storage.formats import data_source_format, data_source_options, folder_writer
-from mt_magic.storage.versions import TABLE_PROPERTY, VERSION_PREFIX, version_folder
+from mt_magic.storage.ddl import TABLE_PROPERTY
+from mt_magic.storage.versions import VERSION_PREFIX, version_folder
 from mt_magic.results import Result
 from mt_magic.spark.catalog import (TableLookup, database_location, lookup_table, partition_locations,
                                     switch_partition_locations, table_facts)

@@ -27,14 +27,13 @@ from mt_magic.spark.files import files_for
 from mt_magic.spark.session import is_connect
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
-from mt_magic.storage.formats import data_source_options
+from mt_magic.storage.ddl import add_partitions_sql, create_table_sql, partitions_apart
 from mt_magic.storage.manifests import MANIFESTS_DIR
 from mt_magic.storage.writers import Writers, note_of
 
 VERSION_PREFIX = "v-"
 EMPTY_DIR = "_empty"
 SUPERSEDED_MARKER = "_SUPERSEDED"
-TABLE_PROPERTY = "mt_magic.materialized-table"
 
 
 @dataclass(frozen=True)
@@ -131,25 +130,10 @@ class TableStorage:
         spark_call(lambda: self.spark.sql(f"DROP TABLE IF EXISTS {quoted}"), f"Dropping {quoted}")
 
     def _create_table(self, table: MaterializedTable, storage: Storage) -> None:
-        columns = ", ".join(
-            f"{quote_identifier(c.name)} {type_sql(type_from_json(c.type_json))}"
-            + (f" COMMENT {sql_string(c.comment)}" if c.comment else "") for c in table.columns)
-        options = data_source_options(table.options)
-        if not table.partition_keys:   # continuous appends commit a micro-batch as a sub-folder
-            options["recursiveFileLookup"] = "true"
-        ddl = [f"CREATE TABLE {table.quoted} ({columns}) USING {quote_identifier(storage.format)}"]
-        if options:
-            ddl.append("OPTIONS (" + ", ".join(f"{sql_string(k)} = {sql_string(v)}"
-                                               for k, v in options.items()) + ")")
-        if table.partition_keys:
-            ddl.append("PARTITIONED BY (" + ", ".join(map(quote_identifier, table.partition_keys)) + ")")
-        if table.comment:
-            ddl.append(f"COMMENT {sql_string(table.comment)}")
-        ddl.append(f"LOCATION {sql_string(storage.location)}")
-        ddl.append(f"TBLPROPERTIES ({sql_string(TABLE_PROPERTY)} = 'true')")
         # Only a partitioned table's DDL reads the setting (three round trips over Connect).
-        with partition_metadata(self.spark, storage.catalog_partitions or not table.partition_keys):
-            spark_call(lambda: self.spark.sql("\n".join(ddl)), f"Creating the Spark table {table.identifier}")
+        with partition_metadata(self.spark, not partitions_apart(table, storage)):
+            spark_call(lambda: self.spark.sql(create_table_sql(table, storage)),
+                       f"Creating the Spark table {table.identifier}")
 
     def add_columns(self, table: MaterializedTable, count: int) -> None:
         """ALTER AS appends nullable columns: the Spark table gets them too."""
@@ -252,12 +236,9 @@ class TableStorage:
         return level
 
     def _add_partitions(self, table: MaterializedTable, partitions: dict[tuple, str]) -> None:
-        if not partitions:
-            return
-        clauses = " ".join(f"{partition_clause(dict(spec))} LOCATION {sql_string(location)}"
-                           for spec, location in partitions.items())
-        spark_call(lambda: self.spark.sql(f"ALTER TABLE {table.quoted} ADD IF NOT EXISTS {clauses}"),
-                   f"Adding partitions to {table.identifier}")
+        ddl = add_partitions_sql(table, partitions)
+        if ddl:
+            spark_call(lambda: self.spark.sql(ddl), f"Adding partitions to {table.identifier}")
 
     def _drop_partitions(self, table: MaterializedTable, specs: list[tuple]) -> None:
         if not specs:
