@@ -232,6 +232,7 @@ class Gateway:
             return
         self._closed = True
         self._ownership.stop()
+        self._restoring.stop()
         with self._owning:
             self.pipelines.close()
         self._ownership.release()

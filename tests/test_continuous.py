@@ -178,6 +178,7 @@ def test_restart_resumes_and_sigkill_converges_without_duplicates(spark, db, tmp
     spark.sql(f"CREATE TABLE orders (user_id INT, amount DOUBLE) USING parquet LOCATION 'file:{source}'")
     restarted = Gateway(spark, catalog_store=store_path)
     try:
+        assert restarted.restored(120)          # the streams restart in the background
         assert {q.name for q in spark.streams.active} == {
             restarted.describe(t)["refresh_handler"]["job_name"] for t in ("per_user", "big")}
         follows(spark, "per_user", AGGREGATE, timeout=120)

@@ -186,3 +186,33 @@ def test_the_refresh_chart_colours_each_run_by_its_technique(spark, gw, sales, b
     assert techniques == ["full", "incremental", "skip", "full"]
     assert re.findall(r"class='mt-bar' data-technique='(\w+)'", chart) == techniques
     assert "was rewritten</title>" in chart      # a full refresh's bar says why
+
+
+def test_a_large_store_shows_a_page_at_a_time_filtered_by_name_database_and_state(gw, sales, db):
+    gw.execute("SET 'materialized-table.full.initialize' = 'on-schedule'")
+    for name in ("a1", "a2", "b1", "b2", "b3"):
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} REFRESH_MODE = FULL AS SELECT * FROM sales")
+    gw.execute("ALTER MATERIALIZED TABLE b2 SUSPEND")
+    assert Dashboard(gw, run_for_dashboard(gw.execute)).paging.layout.display == "none"    # one page: no bar
+    dashboard = Dashboard(gw, run_for_dashboard(gw.execute), page_size=2)
+    paging = dashboard.paging
+
+    def shown() -> list[str]:
+        return [i.rsplit(".", 1)[1] for i in dashboard._rows]
+
+    assert paging.layout.display == "" and shown() == ["a1", "a2"] and paging.previous.disabled
+    assert "tables 1–2 of 5, page 1 of 3" in paging.label.value
+    paging.next.click()
+    assert shown() == ["b1", "b2"]
+    paging.next.click()
+    assert shown() == ["b3"] and paging.next.disabled
+    paging.text.value = "B"                              # back to page one of what matches
+    assert shown() == ["b1", "b2"] and "of 3 (5 in the store)" in paging.label.value
+    paging.state.value = "suspended"
+    assert shown() == ["b2"]
+    paging.text.value, paging.state.value = "", "all states"
+    assert paging.database.options == ("all databases", f"spark_catalog.{db}")
+    paging.database.value = f"spark_catalog.{db}"
+    assert shown() == ["a1", "a2"]
+    paging.text.value = "zzz"
+    assert shown() == [] and "tables none of 0" in paging.label.value and paging.layout.display == ""

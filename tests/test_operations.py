@@ -272,6 +272,7 @@ def test_a_stream_that_cannot_restart_is_suspended_not_left_activated(spark, db,
     second = Gateway(spark, catalog_store=store_path,
                      config={"materialized-table.refresh.max-consecutive-failures": "1"})
     try:
+        assert second.restored(120)
         described = second.describe("sums")
         assert described["refresh_status"] == "SUSPENDED" and "orders" in described["suspend_reason"]
         assert any("sums" in w for w in second.restore_warnings)

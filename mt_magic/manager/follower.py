@@ -11,6 +11,7 @@ from mt_magic.errors import MaterializedTableError
 from mt_magic.manager.workspace import Workspace
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
 from mt_magic.sql.statements import quote_identifier
+from mt_magic.storage.registry import Registration
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,11 @@ class Follower:
         gone from the store, forgotten."""
         with self._following:
             seen: dict[str, tuple | None] = {}
-            for table in self.ws.store.list():
-                if table.refresh_status == INITIALIZING:
+            tables = [t for t in self.ws.store.list() if t.refresh_status != INITIALIZING]
+            for table in self._created_in_bulk(tables):
+                seen[table.identifier] = _published(table)
+            for table in tables:
+                if table.identifier in seen:
                     continue
                 seen[table.identifier] = _published(table)
                 if self._followed.get(table.identifier) == seen[table.identifier]:
@@ -48,6 +52,23 @@ class Follower:
             for identifier in set(self._followed) - set(seen):
                 self.ws.storage.forget(".".join(quote_identifier(p) for p in identifier.split(".", 2)))
             self._followed = seen
+
+
+    def _created_in_bulk(self, tables: list[MaterializedTable]) -> list[MaterializedTable]:
+        """A client opening a store of many tables: those its Spark catalog lacks, created by a few
+        scripts instead of one call each (a table another process publishes meanwhile changes the
+        store again, and is followed then)."""
+        new = [t for t in tables if t.identifier not in self._followed]
+        if len(new) < 2:
+            return []
+        try:
+            registration = Registration(self.ws.storage, new)
+            missing = registration.missing(new)
+            failures = registration.create(missing)
+        except (MaterializedTableError, *SPARK_ERRORS) as error:
+            log.warning("Registering the store's tables: %s", spark_message(error))
+            return []
+        return [t for t in missing if t.identifier not in failures]
 
 
 def _published(table: MaterializedTable) -> tuple:

@@ -35,7 +35,7 @@ class Restoring:
         self._failed: set[str] = set()                        # Spark's entry may not be the record's
         self._guard = threading.Lock()
         self._stopping = threading.Event()
-        self._registered = threading.Event()                  # every table is back in Spark
+        self._registered = threading.Event()                  # every table is back in Spark, streaming
         self._thread: threading.Thread | None = None
         self._registration: Registration | None = None
 
@@ -61,7 +61,8 @@ class Restoring:
             self._thread.join(timeout_s)
 
     def registered(self, timeout_s: float | None = None) -> bool:
-        """Until every table is back in Spark (streams, sweeps and catch-up may go on); False on timeout."""
+        """Until every table is back in Spark and streaming again (sweeps and catch-up may go on);
+        False on timeout."""
         return self._registered.wait(timeout_s)
 
     def wait(self, timeout_s: float | None = None) -> bool:
@@ -98,11 +99,14 @@ class Restoring:
             self._register()
             for worker in workers:
                 worker.join()
+            ordered = _dependency_order(tables)
+            for table in (t for t in ordered if t.streams and not self._stopping.is_set()):
+                self._restart(table)
             self._registered.set()
-            for table in _dependency_order(tables):
+            for table in ordered:
                 if self._stopping.is_set():
                     return
-                self._settle(table)
+                self._sweep(table)
             if not self._stopping.is_set():
                 self._catch_up()
         except Exception as error:    # noqa: BLE001 - a closed session mid-restore: the next owner redoes it
@@ -136,24 +140,32 @@ class Restoring:
         self._failed.update(failures)
         self.warnings.extend(f"{i}: {message}" for i, message in failures.items())
 
-    def _settle(self, table: MaterializedTable) -> None:
-        """A stream restarted (an ACTIVATED CONTINUOUS table that Spark streams), old versions swept."""
+    def _restart(self, table: MaterializedTable) -> None:
+        """An ACTIVATED CONTINUOUS table that Spark streams: its job again, from its checkpoint."""
         pipelines = self.pipelines
         try:
             with self.ws.lock(table.identifier):
                 current = self.ws.store.get(table.identifier)
-                if current is None:
-                    return                 # dropped meanwhile
-                if current.streams and current.refresh_status == ACTIVATED and \
-                        not pipelines.streams.running(current.identifier):
-                    try:
-                        handler = pipelines.start(current, fresh=False)
-                    except (MaterializedTableError, *SPARK_ERRORS) as error:
-                        pipelines.streams.failed(current.identifier, spark_message(error))   # retried, or suspended
-                        raise
-                    self.ws.store.update(current.identifier, lambda t: t.evolve(refresh_handler=handler))
-                self.ws.storage.sweep(current, self.ws.retention_s(),
-                                      just_published=current.identifier not in self._failed)
+                if current is None or not current.streams or current.refresh_status != ACTIVATED or \
+                        pipelines.streams.running(current.identifier):
+                    return                 # dropped, suspended or restarted meanwhile
+                try:
+                    handler = pipelines.start(current, fresh=False)
+                except (MaterializedTableError, *SPARK_ERRORS) as error:
+                    pipelines.streams.failed(current.identifier, spark_message(error))   # retried, or suspended
+                    raise
+                self.ws.store.update(current.identifier, lambda t: t.evolve(refresh_handler=handler))
+        except (MaterializedTableError, *SPARK_ERRORS) as error:
+            self.warnings.append(f"{table.identifier}: {spark_message(error)}")
+
+    def _sweep(self, table: MaterializedTable) -> None:
+        """Old versions of the table deleted once unreferenced for the retention."""
+        try:
+            with self.ws.lock(table.identifier):
+                current = self.ws.store.get(table.identifier)
+                if current is not None:
+                    self.ws.storage.sweep(current, self.ws.retention_s(),
+                                          just_published=current.identifier not in self._failed)
         except (MaterializedTableError, *SPARK_ERRORS) as error:
             self.warnings.append(f"{table.identifier}: {spark_message(error)}")
 

@@ -20,6 +20,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from mt_magic.errors import MaterializedTableError
 from mt_magic.gateway import Gateway
+from mt_magic.notebook.paging import PAGE_SIZE, Paging
 from mt_magic.notebook.pictures import graph_svg, history_svg
 from mt_magic.notebook.status import Refresh, TableStatus, owner_text, table_statuses
 from mt_magic.sql.statements import quote_identifier
@@ -69,10 +70,12 @@ class TableRow(widgets.HBox):
 
 
 class Dashboard(widgets.VBox):
-    """All materialized tables, or one (`name`) with its refresh history and lineage."""
+    """All materialized tables a page at a time (filtered by name, database and state once there are
+    more than a page), or one (`name`) with its refresh history and lineage."""
 
     def __init__(self, gateway: Gateway, run: Run, identifier: str | None = None,
-                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 page_size: int = PAGE_SIZE) -> None:
         self.gateway = gateway
         self.identifier = identifier
         self._run = run
@@ -88,15 +91,18 @@ class Dashboard(widgets.VBox):
         self.graph = widgets.HTML()
         self.message = widgets.HTML()
         self.owner = widgets.HTML()
-        super().__init__([self.owner, self.header, self.rows, self.graph, self.detail, self.message])
+        self.paging = Paging(self.sync, page_size)
+        super().__init__([self.owner, self.paging, self.header, self.rows, self.graph, self.detail, self.message])
         self.add_class("mt-magic-dashboard")
         self.sync()
 
     def sync(self) -> None:
         """Main thread only: add and remove rows, then update every value."""
         statuses = self._read()
-        wanted = [s.identifier for s in statuses]
-        if self.identifier is not None and self.identifier not in wanted:
+        if self.identifier is None:
+            wanted = [s.identifier for s in self.paging.select(statuses)]
+        else:
+            self.paging.layout.display = "none"
             wanted = [self.identifier]
         with self._lock:
             if wanted != list(self._rows):
@@ -135,7 +141,7 @@ class Dashboard(widgets.VBox):
                     with self.detail.hold_sync():
                         self.detail.value = detail
             elif any(s.sources for s in statuses):
-                graph = graph_svg(statuses)
+                graph = graph_svg([s for s in statuses if s.identifier in self._rows])    # the page's
                 if graph != self.graph.value:
                     with self.graph.hold_sync():
                         self.graph.value = graph

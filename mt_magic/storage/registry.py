@@ -37,17 +37,23 @@ class Registration:
 
     def put_back(self, tables: Sequence[MaterializedTable]) -> dict[str, str]:
         """Spark's catalog made to agree with these records; what failed, by table identifier."""
-        failures: dict[str, str] = {}
-        missing = []
+        failures = self.create(self.missing(tables))
         for table in tables:
             facts = self._known.get((table.catalog, table.database), {}).get(table.name.lower())
-            if facts is None:
-                missing.append(table)
-            elif (table.partition_keys and table.storage.catalog_partitions) or \
-                    same_path(facts.location or "") != same_path(table.storage.location):
+            if facts is not None and ((table.partition_keys and table.storage.catalog_partitions) or
+                                      same_path(facts.location or "") != same_path(table.storage.location)):
                 _alone(self.storage.follow, table, failures)
+        return failures
+
+    def missing(self, tables: Sequence[MaterializedTable]) -> list[MaterializedTable]:
+        """The tables Spark did not have when this started."""
+        return [t for t in tables if t.name.lower() not in self._known.get((t.catalog, t.database), {})]
+
+    def create(self, tables: Sequence[MaterializedTable]) -> dict[str, str]:
+        """These tables created in Spark at their published versions, a script per batch; what failed."""
+        failures: dict[str, str] = {}
         for apart in (False, True):
-            group = [t for t in missing if partitions_apart(t, t.storage) is apart]
+            group = [t for t in tables if partitions_apart(t, t.storage) is apart]
             for start in range(0, len(group), SCRIPT_BATCH):
                 self._script(group[start:start + SCRIPT_BATCH], apart, failures)
         return failures
