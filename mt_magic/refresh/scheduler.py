@@ -184,11 +184,18 @@ class RefreshScheduler:
                 change()
 
     def has(self, identifier: str) -> bool:
-        return self._scheduler.get_job(identifier) is not None
+        return self._job(identifier) is not None
 
     def next_fire_time(self, identifier: str) -> datetime | None:
-        job = self._scheduler.get_job(identifier)
+        job = self._job(identifier)
         return job.next_run_time if job else None
+
+    def _job(self, identifier: str):
+        """A job, read as changes are (see `_while_open`): a waiting fire asks whether the tables it
+        reads are scheduled, and a read that reached APScheduler while it shuts down would wait for the
+        very job that asks. Once closing, there are no jobs."""
+        with self._open:
+            return None if self._closing else self._scheduler.get_job(identifier)
 
     def clear(self) -> None:
         """Every job gone (this process no longer owns the pipelines); the scheduler runs on."""
