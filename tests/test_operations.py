@@ -111,18 +111,23 @@ def test_a_fire_that_finds_its_refresh_running_is_queued_once():
     assert merged and all(name == "t" and replaced < into for name, replaced, into in merged)
 
 
-def test_a_job_that_adds_a_job_while_the_scheduler_closes_does_not_hang_it():
-    """A stream's watcher restarts its stream (adding its job again) while the gateway closes: APScheduler
-    waits for the watcher holding the lock the watcher's add needs. Seen as a hung test teardown."""
+@pytest.mark.parametrize("asks", ["adds", "reads"])
+def test_a_job_that_adds_or_reads_a_job_while_the_scheduler_closes_does_not_hang_it(asks):
+    """A stream's watcher restarts its stream (adding its job again), or a fire waiting for its upstream
+    asks whether they are scheduled, while the gateway closes: APScheduler waits for the job holding
+    the lock the job's own call needs. Seen as a hung test teardown."""
     scheduler = RefreshScheduler(lambda *fire: None, lambda *fire: None)
-    running, closing, added = threading.Event(), threading.Event(), []
+    running, closing, done = threading.Event(), threading.Event(), []
 
     def watcher() -> None:
         running.set()
         closing.wait(10)
         time.sleep(0.3)                  # the shutdown is waiting for this job by now
-        scheduler.every("restarted", 60, lambda: None)
-        added.append(True)
+        if asks == "adds":
+            scheduler.every("restarted", 60, lambda: None)
+        else:
+            done.append(scheduler.has("watcher"))          # no jobs once closing
+        done.append(True)
 
     scheduler.every("watcher", 0.1, watcher)
     assert running.wait(10)
@@ -130,7 +135,7 @@ def test_a_job_that_adds_a_job_while_the_scheduler_closes_does_not_hang_it():
     closer.start()
     closing.set()
     closer.join(10)
-    assert not closer.is_alive() and added == [True]
+    assert not closer.is_alive() and done == ([True] if asks == "adds" else [False, True])
     assert not scheduler.has("restarted")        # a job added after closing began is not kept
 
 
