@@ -26,13 +26,21 @@ $(BROWSER)/node_modules/.package-lock.json: $(BROWSER)/package-lock.json
 demo: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m mt_magic.demo
 
-# The whole suite twice: on a classic SparkSession, then as a client of a local Spark Connect server
-# (the tests that start their own processes, marked `processes`, run once).
+# The whole suite twice: on a classic SparkSession, then as a client of a local Spark Connect server.
+# The tests that start their own processes (services, kernels, killed workers; marked `processes`) run
+# once, beside the Connect pass: they mostly wait for their processes, so the two share the machine
+# well. Their output follows the Connect pass's; either failing fails the command.
 TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python
 test: setup chromium $(BROWSER)/node_modules/.package-lock.json
 	$(BIN)/lint-imports --no-cache
-	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q
-	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) MT_MAGIC_SPARK_REMOTE='local[2]' $(BIN)/python -m pytest -q -m 'not processes'
+	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m 'not processes'
+	log=$$(mktemp); \
+	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m processes --basetemp=$$(mktemp -d) \
+	  >$$log 2>&1 & processes=$$!; \
+	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) MT_MAGIC_SPARK_REMOTE='local[2]' $(BIN)/python -m pytest -q \
+	  -m 'not processes'; connect=$$?; \
+	wait $$processes; separate=$$?; echo "--- tests that start their own processes:"; cat $$log; \
+	test $$connect -eq 0 -a $$separate -eq 0
 
 benchmark: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/full_refresh.py
@@ -45,3 +53,4 @@ benchmark: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/tpch.py
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/incremental.py
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/completion.py
+	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/catalog_scale.py

@@ -226,5 +226,8 @@ def test_every_shape_stays_equal_to_its_query(spark, tables):
             else:
                 spark.sql(f"TRUNCATE TABLE {table}")
 
+    # Over Connect the same (derandomized) sequences drive the same rules: fewer of them suffice to
+    # exercise the Connect execution path, and keep the suite's two passes within CI's time.
+    examples = (4 if os.environ.get("MT_MAGIC_SPARK_REMOTE") else 10) if CI else 25
     run_state_machine_as_test(Sources, settings=settings(
-        max_examples=10 if CI else 25, stateful_step_count=5, deadline=None))
+        max_examples=examples, stateful_step_count=5, deadline=None))
