@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 from workload import exit_on_missed, median, timed
 

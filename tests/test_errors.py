@@ -97,6 +97,6 @@ def test_spark_errors_in_a_query_point_into_the_cell(gw, sales, query, line, col
     with pytest.raises(MaterializedTableError) as info:
         gw.execute(cell, dry_run=dry_run)
     text = "\n".join(info.value._render_traceback_())
-    assert f"in statement 2 (CREATE MATERIALIZED TABLE x" in text
+    assert "in statement 2 (CREATE MATERIALIZED TABLE x" in text
     assert f": line {line}, column {column}: " in text, text
     assert text.endswith(f"\n  {shown}\n  {' ' * (column - 1)}^"), text
