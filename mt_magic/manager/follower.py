@@ -53,7 +53,6 @@ class Follower:
                 self.ws.storage.forget(".".join(quote_identifier(p) for p in identifier.split(".", 2)))
             self._followed = seen
 
-
     def _created_in_bulk(self, tables: list[MaterializedTable]) -> list[MaterializedTable]:
         """A client opening a store of many tables: those its Spark catalog lacks, created by a few
         scripts instead of one call each (a table another process publishes meanwhile changes the

@@ -1,5 +1,6 @@
-"""A new owner of the store takes over: every table back into Spark, unfinished CREATEs and DROPs
-finished, pipelines restarted, and the fires nobody ran while the store had no owner caught up."""
+"""A new owner of the store takes over: unfinished CREATEs and DROPs finished and schedules set at
+once; tables back into Spark, streams restarted and the fires nobody ran while the store had no owner
+caught up in the background (manager/restoring.py)."""
 
 from __future__ import annotations
 
@@ -36,17 +37,21 @@ class Recovery:
         except (MaterializedTableError, *SPARK_ERRORS) as error:
             warnings.append(f"Finishing an interrupted DROP: {spark_message(error)}")
         for table in self.ws.store.list():
-            try:
-                if table.refresh_status == INITIALIZING:
-                    warnings.append(f"{table.identifier}: rolled back an unfinished CREATE.")
-                    pipelines.discard(table)
-                    continue
-                if not table.streams:
-                    pipelines.start(table, fresh=False, paused=table.refresh_status == SUSPENDED)
+            if table.refresh_status != INITIALIZING:
                 tables.append(table)
+                continue
+            warnings.append(f"{table.identifier}: rolled back an unfinished CREATE.")
+            try:
+                pipelines.discard(table)
             except (MaterializedTableError, *SPARK_ERRORS) as error:
                 warnings.append(f"{table.identifier}: {spark_message(error)}")
-        restoring.start(tables)
+        restoring.start(tables)       # first: Spark's catalog is the long part
+        for table in tables:
+            if not table.streams:
+                try:
+                    pipelines.start(table, fresh=False, paused=table.refresh_status == SUSPENDED)
+                except (MaterializedTableError, *SPARK_ERRORS) as error:
+                    warnings.append(f"{table.identifier}: {spark_message(error)}")
         return warnings
 
     def catch_up(self) -> None:

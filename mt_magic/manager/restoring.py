@@ -75,10 +75,12 @@ class Restoring:
     def named_in(self, text: str) -> None:
         """Wait for the tables a statement's text may name (a name it holds in any part counts: at
         worst a table is put back a moment early)."""
-        if not self._waiting:
-            return
-        names = {(quoted.replace("``", "`") if quoted else plain).lower() for quoted, plain in _NAME.findall(text)}
-        self.ensure([i for i, t in list(self._waiting.items()) if t.name.lower() in names])
+        with self._guard:
+            waiting = list(self._waiting.values())
+        if waiting:
+            names = {(quoted.replace("``", "`") if quoted else plain).lower()
+                     for quoted, plain in _NAME.findall(text)}
+            self.ensure([t.identifier for t in waiting if t.name.lower() in names])
 
     def ensure(self, identifiers: Iterable[str]) -> None:
         """These tables back in Spark now. One the background has taken up is put back here too, at
