@@ -39,6 +39,26 @@ class AtomicJSONStorage(Storage):
         write_json(self.path, data, durable=True)
 
 
+class NamedLocks:
+    """A file lock per identifier in the store's `.locks` folder, named by a hash of the identifier
+    (a name never becomes a path); one FileLock object per identifier, so it is reentrant in a thread."""
+
+    def __init__(self, home: str, suffix: str, length: int) -> None:
+        self._folder = os.path.join(home, ".locks")
+        os.makedirs(self._folder, exist_ok=True)
+        self._suffix, self._length = suffix, length
+        self._guard = threading.Lock()
+        self._locks: dict[str, FileLock] = {}
+
+    def get(self, identifier: str) -> FileLock:
+        with self._guard:
+            lock = self._locks.get(identifier)
+            if lock is None:
+                name = _file_name(identifier)[:self._length] + self._suffix
+                lock = self._locks[identifier] = FileLock(os.path.join(self._folder, name))
+            return lock
+
+
 class RecordFiles:
     """Documents by identifier, each in `tables/<hash>.json` beside the store (a name never becomes a
     path: the file is named by a hash of the identifier, which the document also holds). `parse`
@@ -47,11 +67,9 @@ class RecordFiles:
     def __init__(self, home: str, parse: Callable[[dict], Any]) -> None:
         self._parse = parse
         self.folder = os.path.join(home, RECORDS_DIR)
-        self._lock_dir = os.path.join(home, ".locks")
         os.makedirs(self.folder, exist_ok=True)
-        os.makedirs(self._lock_dir, exist_ok=True)
+        self._locks = NamedLocks(home, ".record.lock", length=24)
         self._thread_lock = threading.RLock()
-        self._locks: dict[str, FileLock] = {}
         self._seen: dict[str, tuple[tuple[int, int, int], Any]] = {}    # file → (stat, parsed document)
 
     def path(self, identifier: str) -> str:
@@ -60,12 +78,7 @@ class RecordFiles:
     @contextmanager
     def locked(self, identifier: str) -> Iterator[None]:
         """One writer of the record at a time, across threads and processes (reentrant in a thread)."""
-        with self._thread_lock:
-            lock = self._locks.get(identifier)
-            if lock is None:
-                lock = self._locks[identifier] = FileLock(
-                    os.path.join(self._lock_dir, _file_name(identifier) + ".record.lock"))
-        with lock:
+        with self._locks.get(identifier):
             yield
 
     def read(self, identifier: str) -> dict | None:

@@ -4,9 +4,7 @@ kills. `catalog.json` names the store and its layout; each table's record is a f
 
 from __future__ import annotations
 
-import hashlib
 import os
-import threading
 from collections.abc import Callable
 
 from filelock import FileLock
@@ -14,7 +12,7 @@ from tinydb import TinyDB
 
 from mt_magic.catalog.jsonfile import read_json
 from mt_magic.catalog.model import MaterializedTable
-from mt_magic.catalog.records import AtomicJSONStorage, RecordFiles
+from mt_magic.catalog.records import AtomicJSONStorage, NamedLocks, RecordFiles
 from mt_magic.errors import MaterializedTableError
 
 _TABLES = "materialized_tables"     # layout 1: every record in catalog.json itself
@@ -32,10 +30,8 @@ class CatalogStore:
         os.makedirs(home, exist_ok=True)
         self._records = RecordFiles(home, parse=lambda d: (bool(d.get(_DROPPING)),
                                                            MaterializedTable.from_document(_strip(d))))
-        self._thread_lock = threading.RLock()
-        self._table_locks: dict[str, FileLock] = {}
-        self._lock_dir = os.path.join(home, ".locks")
-        with self._thread_lock, FileLock(self.path + ".lock"):
+        self._table_locks = NamedLocks(home, ".lock", length=16)
+        with FileLock(self.path + ".lock"):
             _check_ours(self.path)
             self._open_layout()
 
@@ -60,12 +56,7 @@ class CatalogStore:
     def table_lock(self, identifier: str) -> FileLock:
         """One table's lock beside the store: one refresh or publish of a table at a time, whichever
         process runs it. Reentrant in the thread that holds it."""
-        with self._thread_lock:
-            lock = self._table_locks.get(identifier)
-            if lock is None:
-                name = hashlib.sha1(identifier.encode("utf-8")).hexdigest()[:16]
-                lock = self._table_locks[identifier] = FileLock(os.path.join(self._lock_dir, f"{name}.lock"))
-            return lock
+        return self._table_locks.get(identifier)
 
     def stamp(self) -> int:
         """Changes whenever any record does."""

@@ -111,24 +111,26 @@ def tables_facts(spark: Any, identifiers: Sequence[str]) -> dict[str, TableFacts
         catalog, database, name = identifier.split(".", 2)
         if _PLAIN_NAME.fullmatch(name):
             groups.setdefault((catalog, database), []).append(name)
-    asked = {key: alongside(spark, command_rows, spark, f"SHOW TABLE EXTENDED IN {quote_identifier(key[0])}."
-                            f"{quote_identifier(key[1])} LIKE {sql_string('|'.join(names))}")
-             for key, names in groups.items()}
-    found: dict[str, TableFacts] = {}
-    for (catalog, database), request in asked.items():
-        for row in spark_call(request.result, f"Listing the tables of {catalog}.{database}"):
-            if not row[2]:           # a temporary view: never a source
-                found[f"{catalog}.{database}.{row[1]}"] = _facts_of_information(row[3])
+    listed = _listed(spark, {key: "|".join(names) for key, names in groups.items()})
+    found = {f"{catalog}.{database}.{name}": facts
+             for (catalog, database), tables in listed.items() for name, facts in tables.items()}
     return {i: found[i] if i in found else table_facts(spark, ".".join(map(quote_identifier, i.split(".", 2))))
             for i in identifiers}
 
 
 def databases_tables(spark: Any, databases: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[str, TableFacts]]:
-    """Every table of each (catalog, database) and where it lives, by lower-cased name: one SHOW TABLE
-    EXTENDED per database, side by side over Connect."""
+    """Every table of each (catalog, database) and where it lives, by lower-cased name."""
+    return {key: {name.lower(): facts for name, facts in tables.items()}
+            for key, tables in _listed(spark, {key: "*" for key in databases}).items()}
+
+
+def _listed(spark: Any, patterns: dict[tuple[str, str], str]) -> dict[tuple[str, str], dict[str, TableFacts]]:
+    """The tables (not temporary views) of each (catalog, database) that its pattern matches: one SHOW
+    TABLE EXTENDED per database, side by side over Connect."""
     asked = {key: alongside(spark, command_rows, spark, f"SHOW TABLE EXTENDED IN {quote_identifier(key[0])}."
-                            f"{quote_identifier(key[1])} LIKE '*'") for key in databases}
-    return {key: {row[1].lower(): _facts_of_information(row[3])
+                            f"{quote_identifier(key[1])} LIKE {sql_string(pattern)}")
+             for key, pattern in patterns.items()}
+    return {key: {row[1]: _facts_of_information(row[3])
                   for row in spark_call(request.result, f"Listing the tables of {key[0]}.{key[1]}") if not row[2]}
             for key, request in asked.items()}
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.errors import MaterializedTableError
-from mt_magic.spark.catalog import databases_tables, partition_metadata
+from mt_magic.spark.catalog import TableFacts, databases_tables, partition_metadata
 from mt_magic.spark.errors import SPARK_ERRORS, spark_call, spark_message
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.storage.ddl import add_partitions_sql, create_table_sql, partitions_apart
@@ -37,9 +37,9 @@ class Registration:
 
     def put_back(self, tables: Sequence[MaterializedTable]) -> dict[str, str]:
         """Spark's catalog made to agree with these records; what failed, by table identifier."""
-        failures = self.create(self.missing(tables))
-        for table in tables:
-            facts = self._known.get((table.catalog, table.database), {}).get(table.name.lower())
+        found = [(table, self._facts(table)) for table in tables]
+        failures = self.create([table for table, facts in found if facts is None])
+        for table, facts in found:
             if facts is not None and ((table.partition_keys and table.storage.catalog_partitions) or
                                       same_path(facts.location or "") != same_path(table.storage.location)):
                 _alone(self.storage.follow, table, failures)
@@ -47,7 +47,10 @@ class Registration:
 
     def missing(self, tables: Sequence[MaterializedTable]) -> list[MaterializedTable]:
         """The tables Spark did not have when this started."""
-        return [t for t in tables if t.name.lower() not in self._known.get((t.catalog, t.database), {})]
+        return [table for table in tables if self._facts(table) is None]
+
+    def _facts(self, table: MaterializedTable) -> TableFacts | None:
+        return self._known.get((table.catalog, table.database), {}).get(table.name.lower())
 
     def create(self, tables: Sequence[MaterializedTable]) -> dict[str, str]:
         """These tables created in Spark at their published versions, a script per batch; what failed."""
