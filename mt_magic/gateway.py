@@ -59,11 +59,11 @@ class Gateway:
                 "No SparkSession: pass one, e.g. Gateway(SparkSession.builder.getOrCreate()).")
         self._ws = Workspace(spark, catalog_store, config)
         self.pipelines = Pipelines(self._ws, refresh=lambda name, at: self.refresh(name, schedule_time=at))
-        self._follower = Follower(self._ws)
         register_history_function(spark, self._ws.store.path)     # SELECT * FROM mt_refresh_history(…)
         self._planner = Planner(self._ws, self.pipelines, Lifecycle(self._ws, self.pipelines))
         self._recovery = Recovery(self.pipelines)
         self._restoring = Restoring(self.pipelines, catch_up=self._recovery.catch_up)
+        self._follower = Follower(self._ws, self._restoring)
         self._early_warnings: list[str] = []
         self._owning = threading.RLock()      # held while this gateway acts as the owner
         self._ownership = Ownership(self._ws.store.path, Holder.me(kind, session_info(spark).application_id),
@@ -74,7 +74,8 @@ class Gateway:
         self._closed = False
         _close_at_exit(self)      # a process that ends lets go of the store at once
         if self._ownership.role is Role.CLIENT:
-            self._follower.follow()
+            self._follower.open()
+            self._restoring.registered(self._ws.options.duration(cfg.OPEN_WAIT).total_seconds())
 
     @property
     def spark(self) -> Any:
@@ -158,8 +159,8 @@ class Gateway:
         return self._early_warnings + self._restoring.warnings
 
     def restored(self, timeout_s: float | None = None) -> bool:
-        """Wait until this owner has put every table back into Spark, restarted the streams and caught
-        up missed fires (opening returns before; a statement on one table waits for that table)."""
+        """Wait until this gateway has put every table back into Spark and, as the owner, restarted the
+        streams and caught up missed fires (opening returns before; a statement waits for its tables)."""
         return self._restoring.wait(timeout_s)
 
     def zone(self) -> tzinfo:

@@ -48,9 +48,8 @@ def test_restart_keeps_data_statuses_and_schedules(spark, db, sales, store_path)
         second.close()
 
 
-def test_a_statement_right_after_opening_waits_for_its_table_alone(spark, db, sales, store_path):
-    """A new owner returns before its tables are back in Spark; a statement on one of them (a plain
-    query, an ALTER) waits for that table, and the rest follow in the background."""
+def thirty_one_tables(spark, store_path):
+    """t00 … t29 (never refreshed) and zz, created last; zz's rows."""
     first = Gateway(spark, catalog_store=store_path, config={"materialized-table.full.initialize": "on-schedule"})
     for n in range(30):
         first.execute(f"CREATE MATERIALIZED TABLE t{n:02} REFRESH_MODE = FULL AS SELECT * FROM sales")
@@ -59,6 +58,13 @@ def test_a_statement_right_after_opening_waits_for_its_table_alone(spark, db, sa
                   "SELECT product_id, COUNT(*) AS n FROM sales GROUP BY product_id")
     expected = table_rows(spark, "zz")
     first.close()
+    return expected
+
+
+def test_a_statement_right_after_opening_waits_for_its_table_alone(spark, db, sales, store_path):
+    """A new owner returns before its tables are back in Spark; a statement on one of them (a plain
+    query, an ALTER) waits for that table, and the rest follow in the background."""
+    expected = thirty_one_tables(spark, store_path)
     forget_spark_tables(spark, db)
 
     second = Gateway(spark, catalog_store=store_path, config={"materialized-table.open.wait": "0 ms"})
@@ -71,6 +77,30 @@ def test_a_statement_right_after_opening_waits_for_its_table_alone(spark, db, sa
         assert second.describe("t29")["refresh_status"] == "SUSPENDED"
     finally:
         second.close()
+
+
+def test_a_client_whose_catalog_lacks_the_tables_opens_at_once_and_puts_them_back_behind(
+        spark, db, sales, store_path):
+    """A client's Spark catalog without the store's tables (a new kernel while a service owns the
+    store): opening returns before they are back, a query waits for its table, and a table the owner
+    drops meanwhile is not put back by the batch that was restoring it."""
+    expected = thirty_one_tables(spark, store_path)
+    owner = Gateway(spark, catalog_store=store_path)
+    assert owner.restored(120)
+    forget_spark_tables(spark, db)
+
+    client = Gateway(spark, catalog_store=store_path, config={"materialized-table.open.wait": "0 ms"})
+    try:
+        assert not client.owner()["this_gateway"] and not client.restored(0)
+        (result,) = client.execute("SELECT product_id, n FROM zz")
+        assert {tuple(r) for r in result.rows} == expected
+        client.execute("DROP MATERIALIZED TABLE t28")
+        assert client.restored(120) and client.restore_warnings == []
+        names = {t.name for t in spark.catalog.listTables(db)}
+        assert names >= {f"t{n:02}" for n in range(28)} | {"t29", "zz"} and "t28" not in names
+    finally:
+        client.close()
+        owner.close()
 
 
 def test_restart_rolls_back_a_create_left_initializing(spark, db, sales, store_path):

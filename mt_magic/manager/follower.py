@@ -1,5 +1,7 @@
 """A client's session follows the store that another process owns: the tables it created, published
-and dropped become visible here, as Spark tables at their published versions."""
+and dropped become visible here, as Spark tables at their published versions. When the client opens
+the store, the tables its Spark catalog lacks are put back in the background (manager/restoring.py),
+as a new owner does."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import threading
 
 from mt_magic.catalog.model import INITIALIZING, MaterializedTable
 from mt_magic.errors import MaterializedTableError
+from mt_magic.manager.restoring import Restoring
 from mt_magic.manager.workspace import Workspace
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
 from mt_magic.sql.statements import quote_identifier
@@ -17,10 +20,20 @@ log = logging.getLogger(__name__)
 
 
 class Follower:
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: Workspace, restoring: Restoring) -> None:
         self.ws = ws
+        self._restoring = restoring
         self._followed: dict[str, tuple | None] = {}     # table → what this session's readers see
         self._following = threading.Lock()
+
+    def open(self) -> None:
+        """A client's first look at the store: every table is put back at the version listed now, in
+        the background; what another process publishes or drops meanwhile is followed after that
+        table's batch (see `follow`)."""
+        with self._following:
+            tables = [t for t in self.ws.store.list() if t.refresh_status != INITIALIZING]
+            self._followed = {t.identifier: _published(t) for t in tables}
+            self._restoring.start(tables, owner=False)
 
     def follow(self) -> None:
         """Every table whose published version changed since the last call, switched here; tables
@@ -36,6 +49,7 @@ class Follower:
                 seen[table.identifier] = _published(table)
                 if self._followed.get(table.identifier) == seen[table.identifier]:
                     continue
+                self._restoring.ensure([table.identifier])     # its batch, if any, first
                 # Under the table's lock, from the record as it is then: a publish between our
                 # listing and our switch would otherwise be switched back.
                 with self.ws.lock(table.identifier):
@@ -50,13 +64,14 @@ class Follower:
                         log.warning("Following %s: %s", table.identifier, spark_message(error))
                         seen[table.identifier] = None        # tried again at the next change
             for identifier in set(self._followed) - set(seen):
+                self._restoring.ensure([identifier])
                 self.ws.storage.forget(".".join(quote_identifier(p) for p in identifier.split(".", 2)))
             self._followed = seen
 
     def _created_in_bulk(self, tables: list[MaterializedTable]) -> list[MaterializedTable]:
-        """A client opening a store of many tables: those its Spark catalog lacks, created by a few
-        scripts instead of one call each (a table another process publishes meanwhile changes the
-        store again, and is followed then)."""
+        """Many tables another process created at once (or a store this client follows again after
+        owning it): those its Spark catalog lacks, created by a few scripts instead of one call each
+        (a table another process publishes meanwhile changes the store again, and is followed then)."""
         new = [t for t in tables if t.identifier not in self._followed]
         if len(new) < 2:
             return []

@@ -1,9 +1,11 @@
 """What a new owner does after it opened the store, in the background: tables put back into Spark in
-bulk and in dependency order, streams restarted, old versions swept, missed fires caught up.
+bulk and in dependency order, streams restarted, old versions swept, missed fires caught up. A client
+whose Spark catalog lacks the store's tables puts them back the same way, and does nothing else.
 
 Opening a store of a thousand tables therefore returns at once. A statement, or a refresh, on a
-table that is not back in Spark yet waits for that table alone: if the background has not taken it
-up (or is busy with others), the waiting thread puts it back itself.
+table that is not back in Spark yet waits for that table: if the background has not taken it up,
+the waiting thread puts it back itself; if it has, the thread waits for that batch to end, so what
+the statement does (a DROP, a publish) is never undone by the batch's DDL arriving after it.
 """
 
 from __future__ import annotations
@@ -34,13 +36,16 @@ class Restoring:
         self._taken: set[str] = set()                         # being put back now
         self._failed: set[str] = set()                        # Spark's entry may not be the record's
         self._guard = threading.Lock()
+        self._batch_ended = threading.Condition(self._guard)
         self._stopping = threading.Event()
         self._registered = threading.Event()                  # every table is back in Spark, streaming
         self._thread: threading.Thread | None = None
         self._registration: Registration | None = None
 
-    def start(self, tables: list[MaterializedTable]) -> None:
-        """Databases created and listed now (one call each); the rest in the background."""
+    def start(self, tables: list[MaterializedTable], owner: bool = True) -> None:
+        """Databases created and listed now (one call each); the rest in the background. A client
+        (not `owner`) only puts the tables back."""
+        self.stop()           # a client's restore, when it becomes the owner
         try:
             self._registration = Registration(self.ws.storage, tables)
             waiting = _dependency_order(tables)
@@ -50,9 +55,11 @@ class Restoring:
         with self._guard:
             self._waiting = {t.identifier: t for t in waiting}
             self._taken = set()
+            self._batch_ended.notify_all()
         self._stopping.clear()
         self._registered.clear()
-        self._thread = threading.Thread(target=self._run, args=(tables,), name="mt_magic-restore", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(tables, owner), name="mt_magic-restore",
+                                        daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -83,16 +90,20 @@ class Restoring:
             self.ensure([t.identifier for t in waiting if t.name.lower() in names])
 
     def ensure(self, identifiers: Iterable[str]) -> None:
-        """These tables back in Spark now. One the background has taken up is put back here too, at
-        once rather than after the rest of its batch: the DDL tolerates a table that exists."""
+        """These tables back in Spark now: put back here, or, if the background has taken one up,
+        once its batch has ended."""
         for identifier in identifiers:
             with self._guard:
+                while identifier in self._taken:
+                    self._batch_ended.wait()
                 table = self._waiting.get(identifier)
-            if table is not None:
-                self._put_back([table])
+                if table is None:
+                    continue
+                self._taken.add(identifier)
+            self._put_back([table])
 
     # ------------------------------------------------------------ background
-    def _run(self, tables: list[MaterializedTable]) -> None:
+    def _run(self, tables: list[MaterializedTable], owner: bool) -> None:
         try:
             workers = [threading.Thread(target=self._register, name=f"mt_magic-restore-{n}", daemon=True)
                        for n in range(1, WORKERS)]
@@ -101,6 +112,8 @@ class Restoring:
             self._register()
             for worker in workers:
                 worker.join()
+            if not owner:
+                return
             ordered = _dependency_order(tables)
             for table in (t for t in ordered if t.streams and not self._stopping.is_set()):
                 self._restart(table)
@@ -139,6 +152,7 @@ class Restoring:
                 for table in batch:
                     self._waiting.pop(table.identifier, None)
                     self._taken.discard(table.identifier)
+                self._batch_ended.notify_all()
         self._failed.update(failures)
         self.warnings.extend(f"{i}: {message}" for i, message in failures.items())
 
