@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, tzinfo
 
 from mt_magic.catalog.handlers import RecomputeHandler, RefreshHandler, ScheduleHandler
 from mt_magic.catalog.history import Trigger
@@ -92,10 +92,12 @@ class Pipelines:
         return f", next refresh {moment.strftime(SCHEDULE_TIME_FORMAT)}" if moment else ""
 
     # ======================================================= start/stop
-    def start(self, table: MaterializedTable, fresh: bool, paused: bool = False) -> RefreshHandler:
-        """The table's pipeline: a cron job (FULL), a streaming job or a change detector (CONTINUOUS)."""
+    def start(self, table: MaterializedTable, fresh: bool, paused: bool = False,
+              zone: tzinfo | None = None) -> RefreshHandler:
+        """The table's pipeline: a cron job (FULL), a streaming job or a change detector (CONTINUOUS).
+        `zone`: the session time zone, when the caller starts many (over Connect, asking is a round trip)."""
         if table.refresh_mode == FULL:
-            return self.schedule(table, paused=paused, dynamic_options=table.dynamic_options)
+            return self.schedule(table, paused=paused, dynamic_options=table.dynamic_options, zone=zone)
         if not table.streams:
             return self.detect_changes(table, paused=paused, dynamic_options=table.dynamic_options)
         return self.streams.start(table, fresh=fresh, dynamic_options=table.dynamic_options,
@@ -117,9 +119,10 @@ class Pipelines:
         except (MaterializedTableError, *SPARK_ERRORS) as error:     # recorded; the thread goes on
             log.warning("Change refresh of %s: %s", name, spark_message(error))
 
-    def schedule(self, table: MaterializedTable, paused: bool, dynamic_options: dict) -> ScheduleHandler:
+    def schedule(self, table: MaterializedTable, paused: bool, dynamic_options: dict,
+                 zone: tzinfo | None = None) -> ScheduleHandler:
         freshness = IntervalFreshness.parse(table.freshness)
-        zone = self.ws.zone()
+        zone = zone or self.ws.zone()
         info = session_info(self.ws.spark)
         self.scheduler.schedule(table.identifier, table.quoted, freshness, zone, paused=paused)
         return ScheduleHandler(workflow_name(table.quoted), WORKFLOW_GROUP, table.identifier,

@@ -46,10 +46,11 @@ class Recovery:
             except (MaterializedTableError, *SPARK_ERRORS) as error:
                 warnings.append(f"{table.identifier}: {spark_message(error)}")
         restoring.start(tables)       # first: Spark's catalog is the long part
+        zone = self.ws.zone()
         for table in tables:
             if not table.streams:
                 try:
-                    pipelines.start(table, fresh=False, paused=table.refresh_status == SUSPENDED)
+                    pipelines.start(table, fresh=False, paused=table.refresh_status == SUSPENDED, zone=zone)
                 except (MaterializedTableError, *SPARK_ERRORS) as error:
                     warnings.append(f"{table.identifier}: {spark_message(error)}")
         return warnings
@@ -74,8 +75,9 @@ class Recovery:
                                                   lambda t=table.identifier, m=tuple(missed): self._catch_up(t, m))
 
     def missed_fires(self, table: MaterializedTable, now: datetime) -> list[str]:
-        """The table's fire times after the last one that ran (or its creation), up to `now`."""
-        zone = self.ws.zone()
+        """The table's fire times after the last one that ran (or its creation), up to `now` (in the
+        session time zone)."""
+        zone = now.tzinfo
         ran = [datetime.strptime(e["schedule_time"], SCHEDULE_TIME_FORMAT).replace(tzinfo=zone)
                for e in self.pipelines.runs.history.entries(table.identifier, 500)
                if e.get("schedule_time") and e["trigger"] in (Trigger.SCHEDULED, Trigger.CATCH_UP)]
