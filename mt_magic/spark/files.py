@@ -102,6 +102,8 @@ class HadoopFiles(Files):
         return fs.makeQualified(jpath).toString()
 
     def exists(self, path: str) -> bool:
+        if _is_local(path):           # done here: no JVM round trip
+            return LocalFiles().exists(path)
         fs, jpath = self._fs(path)
         return bool(fs.exists(jpath))
 
@@ -132,6 +134,8 @@ class HadoopFiles(Files):
         fs.create(jpath, True).close()
 
     def list(self, path: str) -> list[Entry]:
+        if _is_local(path):           # a sweep lists every table's root: no JVM round trip per entry
+            return LocalFiles().list(path)
         fs, jpath = self._fs(path)
         if not fs.exists(jpath):
             return []
@@ -165,6 +169,8 @@ class HadoopFiles(Files):
         return found
 
     def age(self, path: str) -> float | None:
+        if _is_local(path):
+            return LocalFiles().age(path)
         fs, jpath = self._fs(path)
         if not fs.exists(jpath):
             return None
