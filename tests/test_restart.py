@@ -103,6 +103,26 @@ def test_a_client_whose_catalog_lacks_the_tables_opens_at_once_and_puts_them_bac
         owner.close()
 
 
+def test_a_table_a_client_could_not_put_back_is_tried_again_at_the_next_change(spark, db, sales, store_path):
+    """A name the client's catalog uses for something else (here a view) fails that table alone; once
+    the name is free, the next change of the store puts it back."""
+    thirty_one_tables(spark, store_path)
+    owner = Gateway(spark, catalog_store=store_path)
+    assert owner.restored(120)
+    forget_spark_tables(spark, db)
+    spark.sql("CREATE VIEW t05 AS SELECT 1 AS x")
+    client = Gateway(spark, catalog_store=store_path)
+    try:
+        assert client.restored(120)
+        assert [w.split(":")[0] for w in client.restore_warnings] == [f"spark_catalog.{db}.t05"]
+        spark.sql("DROP VIEW t05")
+        client.execute("ALTER MATERIALIZED TABLE t06 SUSPEND")        # any change of the store
+        assert spark.table("t05").columns == ["ds", "product_id", "amount"]
+    finally:
+        client.close()
+        owner.close()
+
+
 def test_restart_rolls_back_a_create_left_initializing(spark, db, sales, store_path):
     first = Gateway(spark, catalog_store=store_path)
     first.execute("CREATE MATERIALIZED TABLE t REFRESH_MODE = FULL AS SELECT * FROM sales")

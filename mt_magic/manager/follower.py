@@ -40,6 +40,7 @@ class Follower:
         gone from the store, forgotten."""
         with self._following:
             seen: dict[str, tuple | None] = {}
+            failed = self._restoring.failed()          # tried again at each change, until they agree
             tables = [t for t in self.ws.store.list() if t.refresh_status != INITIALIZING]
             for table in self._created_in_bulk(tables):
                 seen[table.identifier] = _published(table)
@@ -47,7 +48,7 @@ class Follower:
                 if table.identifier in seen:
                     continue
                 seen[table.identifier] = _published(table)
-                if self._followed.get(table.identifier) == seen[table.identifier]:
+                if self._followed.get(table.identifier) == seen[table.identifier] and table.identifier not in failed:
                     continue
                 self._restoring.ensure([table.identifier])     # its batch, if any, first
                 # Under the table's lock, from the record as it is then: a publish between our
@@ -60,6 +61,7 @@ class Follower:
                     seen[table.identifier] = _published(current)
                     try:
                         self.ws.storage.follow(current)
+                        self._restoring.recovered(table.identifier)
                     except (MaterializedTableError, *SPARK_ERRORS) as error:
                         log.warning("Following %s: %s", table.identifier, spark_message(error))
                         seen[table.identifier] = None        # tried again at the next change

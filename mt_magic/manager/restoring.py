@@ -78,6 +78,16 @@ class Restoring:
             self._thread.join(timeout_s)
         return self._thread is None or not self._thread.is_alive()
 
+    def failed(self) -> set[str]:
+        """The tables that could not be put back: Spark's entry may not be the record's."""
+        with self._guard:
+            return set(self._failed)
+
+    def recovered(self, identifier: str) -> None:
+        """A failed table that its follower has since made agree with its record."""
+        with self._guard:
+            self._failed.discard(identifier)
+
     # --------------------------------------------------------------- waiting
     def named_in(self, text: str) -> None:
         """Wait for the tables a statement's text may name (a name it holds in any part counts: at
@@ -152,8 +162,8 @@ class Restoring:
                 for table in batch:
                     self._waiting.pop(table.identifier, None)
                     self._taken.discard(table.identifier)
+                self._failed.update(failures)
                 self._batch_ended.notify_all()
-        self._failed.update(failures)
         self.warnings.extend(f"{i}: {message}" for i, message in failures.items())
 
     def _restart(self, table: MaterializedTable) -> None:
