@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 
 import pytest
 
@@ -121,6 +122,26 @@ def test_a_new_owner_after_a_dead_one_runs_its_missed_fire_once(spark, db, sales
         assert len(scheduled) == len(set(scheduled))        # no fire ran twice
     finally:
         second.close()
+
+
+def test_missed_fires_count_from_the_tables_creation_not_from_an_earlier_table_of_its_name(spark, db, sales,
+                                                                                           store_path):
+    gateway = Gateway(spark, catalog_store=store_path)
+    create = ("CREATE MATERIALIZED TABLE mt FRESHNESS = INTERVAL '1' SECOND REFRESH_MODE = FULL "
+              "AS SELECT ds, SUM(amount) AS total FROM sales GROUP BY ds")
+    try:
+        gateway.execute(create)
+        wait_for(lambda: any(e["trigger"] == "scheduled" for e in gateway.history("mt")), timeout=30)
+        gateway.execute("DROP MATERIALIZED TABLE mt")
+        time.sleep(2.1)                # fires of nobody's: the name had no table
+        gateway.execute(create)
+        table = gateway.store.get(gateway.describe("mt")["identifier"])
+        now = datetime.now(gateway.zone())
+        created = datetime.fromisoformat(table.created_at).astimezone(gateway.zone()).replace(tzinfo=None)
+        missed = gateway._recovery.missed_fires(table, now)
+        assert all(datetime.strptime(f, "%Y-%m-%d %H:%M:%S") > created for f in missed), (created, missed)
+    finally:
+        gateway.close()
 
 
 def test_a_file_that_is_not_a_store_is_refused_and_left_alone(spark, tmp_path):

@@ -81,7 +81,8 @@ class Recovery:
         ran = [datetime.strptime(e["schedule_time"], SCHEDULE_TIME_FORMAT).replace(tzinfo=zone)
                for e in self.pipelines.runs.history.entries(table.identifier, 500)
                if e.get("schedule_time") and e["trigger"] in (Trigger.SCHEDULED, Trigger.CATCH_UP)]
-        after = max(ran) if ran else datetime.fromisoformat(table.created_at).astimezone(zone)
+        # Runs of an earlier table of the same name (dropped, created again) are in the history too.
+        after = max([datetime.fromisoformat(table.created_at).astimezone(zone), *ran])
         freshness = IntervalFreshness.parse(table.freshness)
         fires: list[str] = []
         moment = next_fire(freshness, zone, after + timedelta(seconds=1))
