@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 
 from mt_magic.catalog.model import Storage
 from mt_magic.spark.files import Files, Listing
@@ -36,9 +37,10 @@ class Manifest:
     state_schema: str | None = None         # its schema (JSON), read without asking the files
     state_format: str = "parquet"           # the format its files are written in
 
-    @property
-    def state_columns(self) -> list[str]:
-        return [f["name"] for f in json.loads(self.state_schema)["fields"]] if self.state_schema else []
+    @cached_property
+    def state_columns(self) -> tuple[str, ...]:
+        """The state's column names, from its schema (parsed once per manifest)."""
+        return tuple(f["name"] for f in json.loads(self.state_schema)["fields"]) if self.state_schema else ()
 
     @property
     def carried(self) -> bool:
