@@ -32,6 +32,7 @@ from mt_magic.errors import ValidationError
 from mt_magic.refresh.full import shape
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.versions import Target, TableStorage
+from mt_magic.spark.catalog import forget_listing
 from mt_magic.spark.errors import SPARK_ERRORS, error_sentence, spark_message
 from mt_magic.spark.session import session_conf, session_info
 from mt_magic.spark.streaming import add_listener, unsupported_reason
@@ -193,7 +194,7 @@ class ContinuousJobs:
         if record.input_rows:     # the batch committed before Spark reports its progress
             record.last_published = time.time()
             # It committed in the stream's own session: this session's cached file listing is old.
-            self.spark.catalog.refreshTable(job.quoted)
+            forget_listing(self.spark, job.quoted)
             self._on_batch(job.table_id, progress)
         record.history = (record.history + [{"batch_id": record.batch_id, "input_rows": record.input_rows,
                                              "processing_ms": record.processing_ms,

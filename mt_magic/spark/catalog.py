@@ -146,10 +146,61 @@ def refresh_listings(spark: Any, identifiers: tuple[str, ...]) -> None:
     """Forget this session's cached file listings of these tables (catalog.database.name each), which
     a write from another session or application does not invalidate. Over Connect the requests
     travel side by side (a query over eight tables waits for one round trip, not eight)."""
-    pending = [alongside(spark, spark.sql, f"REFRESH TABLE {'.'.join(quote_identifier(p) for p in i.split('.', 2))}")
-               for i in identifiers]
+    quoted = ['.'.join(quote_identifier(p) for p in i.split('.', 2)) for i in identifiers]
+    if not is_connect(spark):
+        for name in quoted:
+            forget_listing(spark, name)
+        return
+    pending = [alongside(spark, spark.sql, f"REFRESH TABLE {name}") for name in quoted]
     for request in pending:
         request.result()
+
+
+def forget_listing(spark: Any, quoted: str) -> None:
+    """The next read of the table lists its files afresh.
+
+    On a classic session the cached relation is dropped, never refreshed: REFRESH TABLE (and every
+    ALTER … SET LOCATION) re-lists the cached file index in place, and a reader of this session
+    planning with that index at the same moment can be handed a partition spec being rebuilt (an
+    INTERNAL_ERROR from Spark). A table a user CACHEd is cached again, as REFRESH TABLE does.
+    Over Connect, REFRESH TABLE (a server mt_magic starts keeps no relation cache).
+    """
+    ident = None if is_connect(spark) else _session_table_ident(spark, quoted)
+    if ident is None:               # over Connect, or a table of another catalog
+        spark_call(lambda: spark.sql(f"REFRESH TABLE {quoted}"), f"Refreshing {quoted}")
+        return
+    session = spark._jsparkSession
+    session.sessionState().catalog().invalidateCachedTable(ident)
+    if not session.sharedState().cacheManager().isEmpty():
+        spark.catalog.refreshTable(quoted)      # a fresh relation: nobody plans with it yet
+
+
+def set_table_location(spark: Any, quoted: str, location: str, what: str) -> None:
+    """Point a table (not its partitions) at another folder: one catalog change readers see whole.
+
+    A classic session changes the session catalog's entry itself and then forgets the cached
+    relation, as ALTER TABLE … SET LOCATION does but without its in-place re-listing of the old
+    listing that readers may be using (see `forget_listing`). The statistics, which describe the old
+    data, go. Over Connect, the statement.
+    """
+    ident = None if is_connect(spark) else _session_table_ident(spark, quoted)
+    catalog = None if ident is None else spark._jsparkSession.sessionState().catalog()
+    try:
+        table = None if catalog is None else catalog.getTableMetadata(ident)
+    except SPARK_ERRORS:
+        table = None
+    if table is None or table.tableType().name() == "VIEW":    # Spark's statement, and its refusal
+        spark_call(lambda: spark.sql(f"ALTER TABLE {quoted} SET LOCATION {sql_string(location)}"), what)
+        return
+
+    def switch() -> None:
+        uri = spark._jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils.stringToURI(location)
+        storage = _copy_with(table.storage(), 0, spark._jvm.scala.Some(uri))         # its locationUri
+        catalog.alterTable(_copy_with(table, 2, storage))                             # its storage
+        if table.stats().isDefined():
+            catalog.alterTableStats(ident, spark._jvm.scala.Option.empty())
+        forget_listing(spark, quoted)
+    spark_call(switch, what)
 
 
 def database_location(spark: Any, catalog: str, database: str) -> str:
@@ -246,6 +297,22 @@ def _table_ident(spark: Any, quoted: str):
     return parser.parseTableIdentifier(".".join(quote_identifier(p) for p in names[-2:]))
 
 
+def _session_table_ident(spark: Any, quoted: str):
+    """The TableIdentifier of a fully qualified name in the session catalog; None for another
+    catalog's table."""
+    parts = spark._jsparkSession.sessionState().sqlParser().parseMultipartIdentifier(quoted)
+    if parts.size() != 3 or parts.apply(0).lower() != "spark_catalog":
+        return None
+    return spark._jvm.org.apache.spark.sql.catalyst.TableIdentifier(
+        parts.apply(2), spark._jvm.scala.Some(parts.apply(1)), spark._jvm.scala.Some(parts.apply(0)))
+
+
+def _copy_with(product: Any, index: int, value: Any) -> Any:
+    """A copy of a Scala case class with one field changed (the others, whatever this Spark version
+    has, read back from it)."""
+    return product.copy(*[value if i == index else product.productElement(i) for i in range(product.productArity())])
+
+
 def _jvm_partition_locations(spark: Any, quoted: str) -> dict[PartitionKey, str]:
     catalog = spark._jsparkSession.sessionState().catalog()
     ident = _table_ident(spark, quoted)
@@ -268,14 +335,13 @@ def _jvm_switch_partition_locations(spark: Any, quoted: str, locations: Mapping[
     catalog = spark._jsparkSession.sessionState().catalog()
     ident = _table_ident(spark, quoted)
     template = catalog.getTableMetadata(ident).storage()
-    fields = [template.productElement(j) for j in range(template.productArity())]
     # Class lookups through the JVM view are round trips too: each is made once.
     catalog_package = jvm.org.apache.spark.sql.catalyst.catalog
     partition_class, to_uri = catalog_package.CatalogTablePartition, catalog_package.CatalogUtils.stringToURI
     some, to_map = jvm.scala.Some, jvm.PythonUtils.toScalaMap
     no_parameters, no_stats = to_map({}), jvm.scala.Option.empty()
     created = int(time.time() * 1000)
-    changed = [partition_class(to_map(dict(spec)), template.copy(some(to_uri(location)), *fields[1:]),
+    changed = [partition_class(to_map(dict(spec)), _copy_with(template, 0, some(to_uri(location))),
                                no_parameters, created, -1, no_stats)
                for spec, location in locations.items()]
     catalog.alterPartitions(ident, jvm.PythonUtils.toSeq(changed))

@@ -28,7 +28,7 @@ from mt_magic.storage.ddl import TABLE_PROPERTY
 from mt_magic.storage.versions import VERSION_PREFIX, version_folder
 from mt_magic.results import Result
 from mt_magic.spark.catalog import (TableLookup, database_location, lookup_table, partition_locations,
-                                    switch_partition_locations, table_facts)
+                                    set_table_location, switch_partition_locations, table_facts)
 from mt_magic.spark.commands import command_rows
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files, files_for
@@ -180,8 +180,7 @@ def _swap_in(spark: Any, target: TableAsTarget, staging: str, backup: str | None
         return
     staged = table_facts(spark, target.quoted(staging)) if target.replaced_reads_as else None
     if staged is not None and staged.reads_as == target.replaced_reads_as and not staged.partition_columns:
-        spark_call(lambda: spark.sql(f"ALTER TABLE {target.quoted()} SET LOCATION {sql_string(staged.location)}"),
-                   f"Publishing {target.identifier}")
+        set_table_location(spark, target.quoted(), staged.location, f"Publishing {target.identifier}")
         spark.sql(f"DROP TABLE {target.quoted(staging)}")       # external: its folder is the table's now
         spark.sql(f"ALTER TABLE {target.quoted()} SET TBLPROPERTIES ('comment' = {sql_string(target.comment)})"
                   if target.comment else f"ALTER TABLE {target.quoted()} UNSET TBLPROPERTIES IF EXISTS ('comment')")

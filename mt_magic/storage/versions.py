@@ -20,13 +20,13 @@ from urllib.parse import unquote
 
 from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage
 from mt_magic.errors import SparkError
-from mt_magic.spark.catalog import (partition_clause, partition_locations, partition_metadata,
+from mt_magic.spark.catalog import (partition_clause, partition_locations, partition_metadata, set_table_location,
                                     switch_partition_locations, table_facts)
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import files_for
 from mt_magic.spark.session import is_connect
 from mt_magic.spark.types import type_from_json, type_sql
-from mt_magic.sql.statements import quote_identifier, sql_string
+from mt_magic.sql.statements import quote_identifier
 from mt_magic.storage.ddl import add_partitions_sql, create_table_sql, partitions_apart
 from mt_magic.storage.manifests import MANIFESTS_DIR
 from mt_magic.storage.writers import Writers, note_of
@@ -121,9 +121,8 @@ class TableStorage:
                 k: v for k, v in wanted.items() if k in registered and registered[k] != same_path(v)})
             self._drop_partitions(table, [k for k in registered if k not in wanted])
         elif same_path(table_facts(self.spark, table.quoted).location or "") != same_path(storage.location):
-            spark_call(lambda: self.spark.sql(f"ALTER TABLE {table.quoted} SET LOCATION "
-                                              f"{sql_string(storage.location)}"),
-                       f"Following the published version of {table.identifier}")
+            set_table_location(self.spark, table.quoted, storage.location,
+                               f"Following the published version of {table.identifier}")
 
     def forget(self, quoted: str) -> None:
         """The Spark table of a materialized table another process dropped (its data is gone)."""
@@ -189,9 +188,7 @@ class TableStorage:
                 for key, path in self.written_partitions(storage.location, table.partition_keys):
                     if not target.matches(dict(key)):
                         self.files.link_tree(path, version.rstrip("/") + path[len(storage.location.rstrip("/")):])
-            spark_call(lambda: self.spark.sql(
-                f"ALTER TABLE {table.quoted} SET LOCATION {sql_string(version)}"),
-                f"Publishing a new version of {table.identifier}")
+            set_table_location(self.spark, table.quoted, version, f"Publishing a new version of {table.identifier}")
             return Storage(storage.root, storage.format, version, (), storage.owns_root,
                            storage.catalog_partitions)
         written = dict(self.written_partitions(version, table.partition_keys))
