@@ -1,13 +1,13 @@
 """Spark's catalog beyond its public API: data sources, table facts, partition locations.
 
 Public SQL (DESCRIBE, SHOW, ALTER TABLE) works over both kinds of session; a classic session also
-reaches the session catalog in its JVM, which switches many partition locations in one call.
+reaches its session catalog in the JVM (`session_catalog`): one call where a statement would be
+analysed, many partition locations switched at once, and no re-listing of what its readers hold.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,12 +16,13 @@ from typing import Any
 from urllib.parse import unquote
 
 from mt_magic.errors import ValidationError
+from mt_magic.spark import session_catalog
 from mt_magic.spark.commands import alongside, command_rows
 from mt_magic.spark.errors import SPARK_ERRORS, error_class, spark_call, spark_message
 from mt_magic.spark.session import is_connect
 from mt_magic.sql.statements import quote_identifier, sql_string
 
-PartitionKey = tuple[tuple[str, str], ...]
+PartitionKey = session_catalog.PartitionKey
 _NO_DATA_SOURCE = re.compile(r"\[[A-Z_]*DATA_SOURCE_NOT_(FOUND|ENABLED)\]")
 
 
@@ -105,15 +106,18 @@ _PLAIN_NAME = re.compile(r"[a-z0-9_]+")      # a name SHOW TABLES' pattern match
 def tables_facts(spark: Any, identifiers: Sequence[str]) -> dict[str, TableFacts]:
     """Where tables live and what they are (catalog.database.name each): one SHOW TABLE EXTENDED per
     database, side by side over Connect, instead of a DESCRIBE per table. A table it does not list
-    (a name its pattern cannot hold, or a table gone) is described alone, which raises what is wrong."""
+    (a name its pattern cannot hold, or a table gone) is described alone, which raises what is wrong.
+    A classic session asks its own catalog first (a call per table, and no statement to analyse)."""
+    found = {} if is_connect(spark) else {i: TableFacts(kind, location, columns, provider=provider) for i, (
+        kind, location, columns, provider) in session_catalog.tables_facts(spark, identifiers).items()}
     groups: dict[tuple[str, str], list[str]] = {}
-    for identifier in identifiers:
+    for identifier in (i for i in identifiers if i not in found):
         catalog, database, name = identifier.split(".", 2)
         if _PLAIN_NAME.fullmatch(name):
             groups.setdefault((catalog, database), []).append(name)
     listed = _listed(spark, {key: "|".join(names) for key, names in groups.items()})
-    found = {f"{catalog}.{database}.{name}": facts
-             for (catalog, database), tables in listed.items() for name, facts in tables.items()}
+    found |= {f"{catalog}.{database}.{name}": facts
+              for (catalog, database), tables in listed.items() for name, facts in tables.items()}
     return {i: found[i] if i in found else table_facts(spark, ".".join(map(quote_identifier, i.split(".", 2))))
             for i in identifiers}
 
@@ -157,50 +161,22 @@ def refresh_listings(spark: Any, identifiers: tuple[str, ...]) -> None:
 
 
 def forget_listing(spark: Any, quoted: str) -> None:
-    """The next read of the table lists its files afresh.
-
-    On a classic session the cached relation is dropped, never refreshed: REFRESH TABLE (and every
-    ALTER … SET LOCATION) re-lists the cached file index in place, and a reader of this session
-    planning with that index at the same moment can be handed a partition spec being rebuilt (an
-    INTERNAL_ERROR from Spark). A table a user CACHEd is cached again, as REFRESH TABLE does.
-    Over Connect, REFRESH TABLE (a server mt_magic starts keeps no relation cache).
-    """
-    ident = None if is_connect(spark) else _session_table_ident(spark, quoted)
-    if ident is None:               # over Connect, or a table of another catalog
+    """The next read of the table lists its files afresh. A classic session drops its cached relation
+    (see `session_catalog`); over Connect, or for another catalog's table, REFRESH TABLE (a server
+    mt_magic starts keeps no relation cache)."""
+    ident = None if is_connect(spark) else session_catalog.session_ident(spark, quoted)
+    if ident is None:
         spark_call(lambda: spark.sql(f"REFRESH TABLE {quoted}"), f"Refreshing {quoted}")
         return
-    session = spark._jsparkSession
-    session.sessionState().catalog().invalidateCachedTable(ident)
-    if not session.sharedState().cacheManager().isEmpty():
-        spark.catalog.refreshTable(quoted)      # a fresh relation: nobody plans with it yet
+    session_catalog.forget(spark, ident, quoted)
 
 
 def set_table_location(spark: Any, quoted: str, location: str, what: str) -> None:
-    """Point a table (not its partitions) at another folder: one catalog change readers see whole.
-
-    A classic session changes the session catalog's entry itself and then forgets the cached
-    relation, as ALTER TABLE … SET LOCATION does but without its in-place re-listing of the old
-    listing that readers may be using (see `forget_listing`). The statistics, which describe the old
-    data, go. Over Connect, the statement.
-    """
-    ident = None if is_connect(spark) else _session_table_ident(spark, quoted)
-    catalog = None if ident is None else spark._jsparkSession.sessionState().catalog()
-    try:
-        table = None if catalog is None else catalog.getTableMetadata(ident)
-    except SPARK_ERRORS:
-        table = None
-    if table is None or table.tableType().name() == "VIEW":    # Spark's statement, and its refusal
+    """Point a table (not its partitions) at another folder: one catalog change readers see whole. A
+    classic session changes its catalog's entry itself (see `session_catalog`); elsewhere, and for a
+    view or a missing table (Spark's own refusal), the statement."""
+    if is_connect(spark) or not spark_call(lambda: session_catalog.switch_location(spark, quoted, location), what):
         spark_call(lambda: spark.sql(f"ALTER TABLE {quoted} SET LOCATION {sql_string(location)}"), what)
-        return
-
-    def switch() -> None:
-        uri = spark._jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils.stringToURI(location)
-        storage = _copy_with(table.storage(), 0, spark._jvm.scala.Some(uri))         # its locationUri
-        catalog.alterTable(_copy_with(table, 2, storage))                             # its storage
-        if table.stats().isDefined():
-            catalog.alterTableStats(ident, spark._jvm.scala.Option.empty())
-        forget_listing(spark, quoted)
-    spark_call(switch, what)
 
 
 def database_location(spark: Any, catalog: str, database: str) -> str:
@@ -212,7 +188,7 @@ def database_location(spark: Any, catalog: str, database: str) -> str:
 def partition_locations(spark: Any, quoted: str, keys: tuple[str, ...]) -> dict[PartitionKey, str]:
     """Every partition's spec and location."""
     if not is_connect(spark):
-        return _jvm_partition_locations(spark, quoted)
+        return session_catalog.partition_locations(spark, quoted)
     found = {}
     for row in command_rows(spark, f"SHOW PARTITIONS {quoted}"):
         pairs = [part.split("=", 1) for part in row[0].split("/")]
@@ -232,7 +208,7 @@ def switch_partition_locations(spark: Any, quoted: str, locations: Mapping[Parti
     if not locations:
         return
     if not is_connect(spark):
-        _jvm_switch_partition_locations(spark, quoted, locations)
+        session_catalog.switch_partition_locations(spark, quoted, locations)
         return
     for spec, location in locations.items():
         spark_call(lambda: spark.sql(f"ALTER TABLE {quoted} {partition_clause(dict(spec))} SET LOCATION "
@@ -286,62 +262,3 @@ def lookup_table(spark: Any, catalog: str, database: str, name: str) -> TableLoo
         raise
     found = any(table == name and not temporary for _, table, temporary in rows)
     return TableLookup.EXISTS if found else TableLookup.MISSING
-
-
-# ----------------------------------------------------------- classic JVM
-def _table_ident(spark: Any, quoted: str):
-    """A TableIdentifier for the session catalog from `catalog`.`db`.`name`."""
-    parser = spark._jsparkSession.sessionState().sqlParser()
-    parts = parser.parseMultipartIdentifier(quoted)
-    names = [parts.apply(i) for i in range(parts.size())]
-    return parser.parseTableIdentifier(".".join(quote_identifier(p) for p in names[-2:]))
-
-
-def _session_table_ident(spark: Any, quoted: str):
-    """The TableIdentifier of a fully qualified name in the session catalog; None for another
-    catalog's table."""
-    parts = spark._jsparkSession.sessionState().sqlParser().parseMultipartIdentifier(quoted)
-    if parts.size() != 3 or parts.apply(0).lower() != "spark_catalog":
-        return None
-    return spark._jvm.org.apache.spark.sql.catalyst.TableIdentifier(
-        parts.apply(2), spark._jvm.scala.Some(parts.apply(1)), spark._jvm.scala.Some(parts.apply(0)))
-
-
-def _copy_with(product: Any, index: int, value: Any) -> Any:
-    """A copy of a Scala case class with one field changed (the others, whatever this Spark version
-    has, read back from it)."""
-    return product.copy(*[value if i == index else product.productElement(i) for i in range(product.productArity())])
-
-
-def _jvm_partition_locations(spark: Any, quoted: str) -> dict[PartitionKey, str]:
-    catalog = spark._jsparkSession.sessionState().catalog()
-    ident = _table_ident(spark, quoted)
-    columns = catalog.getTableMetadata(ident).partitionColumnNames()
-    keys = [columns.apply(i) for i in range(columns.size())]
-    partitions = catalog.listPartitions(ident, spark._jvm.scala.Option.empty())
-    found = {}
-    for i in range(partitions.size()):
-        partition = partitions.apply(i)
-        spec = partition.spec()
-        found[tuple((k, spec.get(k).get()) for k in keys)] = partition.location().toString()
-    return found
-
-
-def _jvm_switch_partition_locations(spark: Any, quoted: str, locations: Mapping[PartitionKey, str]) -> None:
-    """Each partition is built afresh from the table's storage format (as ADD PARTITION builds it)
-    with the new location; its old statistics describe data that is gone. Every JVM call is a
-    round trip, so nothing is read back from the old partitions."""
-    jvm = spark._jvm
-    catalog = spark._jsparkSession.sessionState().catalog()
-    ident = _table_ident(spark, quoted)
-    template = catalog.getTableMetadata(ident).storage()
-    # Class lookups through the JVM view are round trips too: each is made once.
-    catalog_package = jvm.org.apache.spark.sql.catalyst.catalog
-    partition_class, to_uri = catalog_package.CatalogTablePartition, catalog_package.CatalogUtils.stringToURI
-    some, to_map = jvm.scala.Some, jvm.PythonUtils.toScalaMap
-    no_parameters, no_stats = to_map({}), jvm.scala.Option.empty()
-    created = int(time.time() * 1000)
-    changed = [partition_class(to_map(dict(spec)), _copy_with(template, 0, some(to_uri(location))),
-                               no_parameters, created, -1, no_stats)
-               for spec, location in locations.items()]
-    catalog.alterPartitions(ident, jvm.PythonUtils.toSeq(changed))
