@@ -38,7 +38,7 @@ def job_group(table: MaterializedTable) -> str:
 
 
 def table_dataframe(spark: Any, table: MaterializedTable) -> DataFrame:
-    return shape(query_frame(spark, table.definition_query), table.columns, table.identifier)
+    return query_frame(spark, shaped_sql(table.definition_query, table.columns, table.identifier))
 
 
 def shape(source: DataFrame, columns: Sequence[Column], identifier: str, carried: Sequence[str] = ()) -> DataFrame:
@@ -46,6 +46,20 @@ def shape(source: DataFrame, columns: Sequence[Column], identifier: str, carried
     on every NOT NULL column: asking the query's schema which are nullable would cost a round trip
     over Connect, and Spark drops the check where the value cannot be NULL). `carried`: columns
     kept as they are after the table's (an aggregate's state, written in the same files)."""
+    return source.selectExpr(*_shaped(columns, identifier), *map(quote_identifier, carried))
+
+
+def shaped_sql(query: str, columns: Sequence[Column], identifier: str, names: Sequence[str] = (),
+               carried: Sequence[str] = ()) -> str:
+    """`shape` written around a query's text (its output columns renamed to `names` first, when
+    given): one statement for Spark to analyse, where a DataFrame step more is one analysis more on a
+    classic session."""
+    aliases = f"({', '.join(map(quote_identifier, names))})" if names else ""
+    select = ", ".join([*_shaped(columns, identifier), *map(quote_identifier, carried)])
+    return f"SELECT {select} FROM (\n{query}\n) AS mt_query{aliases}"
+
+
+def _shaped(columns: Sequence[Column], identifier: str) -> list[str]:
     expressions = []
     for column in columns:
         if column.computed is not None:
@@ -58,7 +72,7 @@ def shape(source: DataFrame, columns: Sequence[Column], identifier: str, carried
                 expression = f"coalesce({expression}, raise_error({message}))"
         expressions.append(f"CAST({expression} AS {type_sql(type_from_json(column.type_json))}) AS "
                            f"{quote_identifier(column.name)}")
-    return source.selectExpr(*expressions, *map(quote_identifier, carried))
+    return expressions
 
 
 def refresh_frame(spark: Any, table: MaterializedTable, target: Target) -> DataFrame:

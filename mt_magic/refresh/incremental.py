@@ -32,7 +32,7 @@ from mt_magic.incremental.relations import Version
 from mt_magic.incremental.rules import Aggregate, Linear
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.choice import Reading, Stateful
-from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shape
+from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.frames import counting_rows, files_frame, query_over
 from mt_magic.spark.jobs import job_scope
@@ -135,8 +135,8 @@ class Maintainer:
         started = time.monotonic()
         if delta is None:
             return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group))
-        with relations.query(delta) as frame:
-            frame, rows = counting_rows(shape(frame.toDF(*table.query_columns), table.columns, table.identifier))
+        with relations.query(shaped_sql(delta, table.columns, table.identifier, table.query_columns)) as frame:
+            frame, rows = counting_rows(frame)
             stage = self.storage.new_version(table)
             try:
                 self._write(table, frame, stage)
@@ -165,8 +165,9 @@ class Maintainer:
                            f"Refreshing {table.identifier}")
             read = relations.delta_rows()
             merged = relations.add("state", self.spark.read.format(STATE_FORMAT).schema(schema).load(stage))
-            with relations.query(rule.output(merged, table.query_columns)) as output:
-                frame, rows = counting_rows(shape(output, table.columns, table.identifier))
+            with relations.query(shaped_sql(rule.output(merged, table.query_columns), table.columns,
+                                            table.identifier)) as output:
+                frame, rows = counting_rows(output)
                 version = self.storage.new_version(table)
                 self._write(table, frame, version)
             self.storage.files.mkdirs(version)
@@ -185,8 +186,9 @@ class Maintainer:
         """One write: the result's columns and the state's, in the same files; `touched`: of the
         partitions written, the others published as they are."""
         hidden = [f"{CARRIED}{c}" for c in rule.state_columns]
-        with relations.query(rule.output(f"({state_sql}) AS mt_state", table.query_columns, CARRIED)) as output:
-            frame, rows = counting_rows(shape(output, table.columns, table.identifier, carried=hidden))
+        output_sql = rule.output(f"({state_sql}) AS mt_state", table.query_columns, CARRIED)
+        with relations.query(shaped_sql(output_sql, table.columns, table.identifier, carried=hidden)) as output:
+            frame, rows = counting_rows(output)
             # Asked before the write, not beside it: over Connect two requests of one plan at once can
             # lose the relations it names on the server.
             schema = spark_call(lambda: frame.schema, f"Refreshing {table.identifier}")

@@ -69,6 +69,8 @@ def files_frame(spark: Any, fmt: str, schema: Any, options: dict[str, str], file
         if base is not None:
             reader = reader.option("basePath", base)
         frames.append(reader.load(paths))
+    if len(frames) == 1 and not partition_columns and not any("=" in path for path in files):
+        return frames[0]    # the reader's columns are the schema's, in order (no folder reads as a column)
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other)

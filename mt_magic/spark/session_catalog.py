@@ -13,11 +13,13 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mt_magic.spark.errors import SPARK_ERRORS
 
 PartitionKey = tuple[tuple[str, str], ...]
+Facts = tuple[str, str | None, tuple[str, ...], str | None]     # type, location, partition columns, provider
 SESSION_CATALOG = "spark_catalog"
 _QUOTED = re.compile(r"`((?:[^`]|``)*)`(?:\.|$)")
 
@@ -31,9 +33,29 @@ def _parts(spark: Any, quoted: str) -> list[str]:
     return [parts.apply(i) for i in range(parts.size())]
 
 
+@dataclass(frozen=True)
+class _Classes:
+    """The JVM classes used here: each step of a name through the JVM view is a round trip."""
+
+    some: Any
+    option: Any
+    table_identifier: Any
+    catalog_utils: Any
+
+
+def _classes(spark: Any) -> _Classes:
+    jvm = spark._jvm
+    found = jvm.__dict__.get("_mt_magic_classes")      # not getattr: the view would ask the JVM
+    if found is None:
+        found = _Classes(jvm.scala.Some, jvm.scala.Option, jvm.org.apache.spark.sql.catalyst.TableIdentifier,
+                         jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils)
+        jvm.__dict__["_mt_magic_classes"] = found
+    return found
+
+
 def _ident(spark: Any, database: str, name: str) -> Any:
-    some = spark._jvm.scala.Some
-    return spark._jvm.org.apache.spark.sql.catalyst.TableIdentifier(name, some(database), some(SESSION_CATALOG))
+    classes = _classes(spark)
+    return classes.table_identifier(name, classes.some(database), classes.some(SESSION_CATALOG))
 
 
 def session_ident(spark: Any, quoted: str) -> Any | None:
@@ -66,21 +88,21 @@ def switch_location(spark: Any, quoted: str, location: str) -> bool:
         table = None
     if table is None or table.tableType().name() == "VIEW":
         return False
-    uri = spark._jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils.stringToURI(location)
-    storage = _copy_with(table.storage(), 0, spark._jvm.scala.Some(uri))        # its locationUri
+    classes = _classes(spark)
+    storage = _copy_with(table.storage(), 0, classes.some(classes.catalog_utils.stringToURI(location)))  # its URI
     catalog.alterTable(_copy_with(table, 2, storage))                            # its storage
     if table.stats().isDefined():
-        catalog.alterTableStats(ident, spark._jvm.scala.Option.empty())
+        catalog.alterTableStats(ident, classes.option.empty())
     forget(spark, ident, quoted)
     return True
 
 
-def tables_facts(spark: Any, identifiers: Sequence[str]) -> dict[str, tuple[str, str | None, tuple[str, ...], str | None]]:
+def tables_facts(spark: Any, identifiers: Sequence[str]) -> dict[str, Facts]:
     """(type, location, partition columns, provider) of the session-catalog tables among
     catalog.database.name identifiers, as SHOW TABLE EXTENDED writes them; a table not found (or
     of another catalog) is left out."""
     catalog = spark._jsparkSession.sessionState().catalog()
-    to_string = spark._jvm.org.apache.spark.sql.catalyst.catalog.CatalogUtils.URIToString
+    to_string = _classes(spark).catalog_utils.URIToString
     found = {}
     for identifier in identifiers:
         catalog_name, database, name = identifier.split(".", 2)
@@ -114,7 +136,7 @@ def partition_locations(spark: Any, quoted: str) -> dict[PartitionKey, str]:
     ident = _table_ident(spark, quoted)
     columns = catalog.getTableMetadata(ident).partitionColumnNames()
     keys = [columns.apply(i) for i in range(columns.size())]
-    partitions = catalog.listPartitions(ident, spark._jvm.scala.Option.empty())
+    partitions = catalog.listPartitions(ident, _classes(spark).option.empty())
     found = {}
     for i in range(partitions.size()):
         partition = partitions.apply(i)
