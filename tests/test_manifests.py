@@ -85,3 +85,20 @@ def test_dropping_a_table_at_a_path_of_its_own_removes_its_manifests(spark, gw, 
     assert (folder / "_manifests").is_dir()
     gw.execute("DROP MATERIALIZED TABLE kept")
     assert folder.is_dir() and not (folder / "_manifests").exists()
+
+
+def test_a_source_at_a_location_with_url_characters_is_listed(spark, gw, tmp_path):
+    """Spark's catalog writes a location as it is: '#' and '%' are part of the folder's name,
+    not a URI's fragment, query or escape. Its appends are seen (not an empty listing forever)."""
+    folder = tmp_path / "odd #1 %41 ü"
+    spark.sql(f"CREATE TABLE odd (k INT, a INT) USING parquet LOCATION '{folder}'")
+    spark.sql("INSERT INTO odd VALUES (1, 1)")
+    gw.execute("CREATE MATERIALIZED TABLE by_k FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS "
+               "SELECT k, SUM(a) AS s FROM odd GROUP BY k")
+    source = f"spark_catalog.{spark.catalog.currentDatabase()}.odd"
+    spark.sql("INSERT INTO odd VALUES (1, 2)")
+    gw.refresh("by_k", schedule_time="2030-01-01 00:00:00")         # a scheduled refresh skips what did not change
+    last = gw.history("by_k", limit=1)[0]
+    assert (last["outcome"], last["technique"]) == ("SUCCEEDED", "incremental"), last
+    assert last["sources"][source].startswith("appended 1 file (")
+    assert [tuple(r) for r in spark.table("by_k").collect()] == [(1, 3)]

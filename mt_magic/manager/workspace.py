@@ -15,12 +15,11 @@ from mt_magic.refresh.scheduler import zone_named
 from mt_magic.spark.analysis import QueryAnalyzer
 from mt_magic.spark.catalog import TableLookup, lookup_table
 from mt_magic.spark.session import conf_value
+from mt_magic.spark.session_catalog import SESSION_CATALOG
 from mt_magic.storage.versions import TableStorage
 from mt_magic.sql import statements as st
 from mt_magic.sql.freshness import IntervalFreshness, ModeDecision, derive_refresh_mode
 from mt_magic.sql.parser import parse
-
-SESSION_CATALOG = "spark_catalog"
 
 
 def check_folder_names(parts: tuple[str, str, str]) -> tuple[str, str, str]:

@@ -14,7 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from mt_magic.errors import ValidationError
 from mt_magic.spark.session import is_connect
@@ -155,7 +155,7 @@ class HadoopFiles(Files):
 
     def listing(self, path: str) -> Listing:
         if _is_local(path):      # read here: no JVM round trip per file
-            return _walk(unquote(urlparse(path).path))
+            return _walk(_local_path(path))
         fs, jpath = self._fs(path)
         if not fs.exists(jpath):
             return {}
@@ -208,6 +208,16 @@ def _is_local(path: str) -> bool:
     return urlparse(path).scheme == "file"
 
 
+def _local_path(location: str) -> str:
+    """The path of a `file:` location as Spark's catalog and Hadoop spell it: as it is, not a URI
+    ('#', '%' and spaces are part of a folder's name, not a fragment or an escape)."""
+    rest = location[len("file:"):]
+    if rest.startswith("//"):           # file:///path, or file://host/path
+        start = rest.find("/", 2)
+        rest = rest[start:] if start >= 0 else "/"
+    return rest
+
+
 def _hidden(relative: str) -> bool:
     return any(part.startswith(("_", ".")) for part in relative.split("/") if part)
 
@@ -235,7 +245,7 @@ class LocalFiles(Files):
     def _local(path: str) -> str:
         parsed = urlparse(path)
         if parsed.scheme in ("", "file"):
-            return os.path.abspath(unquote(parsed.path) if parsed.scheme else path)
+            return os.path.abspath(_local_path(path) if parsed.scheme else path)
         raise ValidationError(
             f"Path '{path}': over Spark Connect, mt_magic manages table data on paths it shares with "
             "the server (file:); set 'materialized-table.data-dir' to such a folder, or use a classic "

@@ -91,6 +91,7 @@ def switch_location(spark: Any, quoted: str, location: str) -> bool:
     classes = _classes(spark)
     storage = _copy_with(table.storage(), 0, classes.some(classes.catalog_utils.stringToURI(location)))  # its URI
     catalog.alterTable(_copy_with(table, 2, storage))                            # its storage
+    # A second write: Hive's catalog keeps the old entry's statistics through alterTable.
     if table.stats().isDefined():
         catalog.alterTableStats(ident, classes.option.empty())
     forget(spark, ident, quoted)
@@ -125,23 +126,26 @@ def _copy_with(product: Any, index: int, value: Any) -> Any:
     return product.copy(*[value if i == index else product.productElement(i) for i in range(product.productArity())])
 
 
-def _table_ident(spark: Any, quoted: str) -> Any:
-    """A TableIdentifier for the session catalog from `catalog`.`db`.`name`."""
-    parts = _parts(spark, quoted)
-    return _ident(spark, parts[-2], parts[-1])
+def _partitioned_ident(spark: Any, quoted: str) -> Any:
+    """The identifier of a partitioned table mt_magic keeps: always in the session catalog."""
+    ident = session_ident(spark, quoted)
+    if ident is None:
+        raise ValueError(f"{quoted} is not a table of the session catalog")
+    return ident
 
 
 def partition_locations(spark: Any, quoted: str) -> dict[PartitionKey, str]:
     catalog = spark._jsparkSession.sessionState().catalog()
-    ident = _table_ident(spark, quoted)
+    ident = _partitioned_ident(spark, quoted)
     columns = catalog.getTableMetadata(ident).partitionColumnNames()
     keys = [columns.apply(i) for i in range(columns.size())]
     partitions = catalog.listPartitions(ident, _classes(spark).option.empty())
+    to_string = _classes(spark).catalog_utils.URIToString
     found = {}
     for i in range(partitions.size()):
         partition = partitions.apply(i)
         spec = partition.spec()
-        found[tuple((k, spec.get(k).get()) for k in keys)] = partition.location().toString()
+        found[tuple((k, spec.get(k).get()) for k in keys)] = to_string(partition.location())   # not URI-escaped
     return found
 
 
@@ -151,7 +155,7 @@ def switch_partition_locations(spark: Any, quoted: str, locations: Mapping[Parti
     round trip, so nothing is read back from the old partitions."""
     jvm = spark._jvm
     catalog = spark._jsparkSession.sessionState().catalog()
-    ident = _table_ident(spark, quoted)
+    ident = _partitioned_ident(spark, quoted)
     template = catalog.getTableMetadata(ident).storage()
     # Class lookups through the JVM view are round trips too: each is made once.
     catalog_package = jvm.org.apache.spark.sql.catalyst.catalog

@@ -33,10 +33,10 @@ from mt_magic.spark.commands import command_rows
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files, files_for
 from mt_magic.spark.frames import counting_rows
+from mt_magic.spark.session_catalog import SESSION_CATALOG
 from mt_magic.sql.statements import quote_identifier, sql_string
 
 CREATE, IF_NOT_EXISTS, REPLACE = "create", "if-not-exists", "replace"
-SESSION_CATALOG = "spark_catalog"
 VERSIONS_PROPERTY = "mt_magic.table-as.versions"    # the folder holding a table's version folders
 
 
