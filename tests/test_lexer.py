@@ -54,9 +54,12 @@ def fragments(draw):
     elif kind == "line":
         text = "--" + draw(_quoted_body("'", False)).replace("\n", " ") + "\n"
     else:
-        inner = draw(_quoted_body("'", False)).replace("*/", "").replace("/*", "")
+        inner = draw(_quoted_body("'", False))
+        while "*/" in inner or "/*" in inner:        # a removal may join a new pair
+            inner = inner.replace("*/", "").replace("/*", "")
         nested = draw(st.sampled_from(["", " /* {{v1}} */ ", " /* a /* b */ {{v2}} */ "]))
-        text = "/*" + inner + nested + inner + "*/"
+        # Spaces at the joins: '/' then '*/' would open a nested comment that is never closed.
+        text = "/* " + inner + " " + nested + " " + inner + " */"
     return text, text
 
 
