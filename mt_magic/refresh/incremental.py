@@ -33,6 +33,7 @@ from mt_magic.incremental.rules import Aggregate, Linear
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.choice import Reading, Stateful
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
+from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.frames import counting_rows, files_frame, query_over
 from mt_magic.spark.jobs import job_scope
@@ -189,11 +190,11 @@ class Maintainer:
         output_sql = rule.output(f"({state_sql}) AS mt_state", table.query_columns, CARRIED)
         with relations.query(shaped_sql(output_sql, table.columns, table.identifier, carried=hidden)) as output:
             frame, rows = counting_rows(output)
-            # Asked before the write, not beside it: over Connect two requests of one plan at once can
-            # lose the relations it names on the server.
-            schema = spark_call(lambda: frame.schema, f"Refreshing {table.identifier}")
             version = self.storage.new_version(table)
             self._write(table, frame, version)
+            # Asked after the write, not beside it (over Connect two requests of one plan at once can
+            # lose the relations it names on the server), and beside the publish: one round trip fewer.
+            schema = alongside(self.spark, spark_call, lambda: frame.schema, f"Refreshing {table.identifier}")
         read = relations.delta_rows()
         self.storage.files.mkdirs(version)
         target = Target()
@@ -202,7 +203,7 @@ class Maintainer:
             target = Target(key=key, values=tuple(dict(spec)[key] for spec, _ in
                                                   self.storage.written_partitions(version, table.partition_keys)))
         published = self._publish(table, version, target)
-        state_schema = T.StructType([f for f in schema.fields if f.name in hidden])
+        state_schema = T.StructType([f for f in schema.result().fields if f.name in hidden])
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           version, state_schema.json(), read, table.storage.format.lower())
 

@@ -19,7 +19,7 @@ from mt_magic.errors import ValidationError
 from mt_magic.spark import session_catalog
 from mt_magic.spark.commands import alongside, command_rows
 from mt_magic.spark.errors import SPARK_ERRORS, error_class, spark_call, spark_message
-from mt_magic.spark.session import is_connect
+from mt_magic.spark.session import is_connect, session_info
 from mt_magic.sql.statements import quote_identifier, sql_string
 
 PartitionKey = session_catalog.PartitionKey
@@ -149,11 +149,15 @@ def _facts_of_information(information: str) -> TableFacts:
 def refresh_listings(spark: Any, identifiers: tuple[str, ...]) -> None:
     """Forget this session's cached file listings of these tables (catalog.database.name each), which
     a write from another session or application does not invalidate. Over Connect the requests
-    travel side by side (a query over eight tables waits for one round trip, not eight)."""
+    travel side by side (a query over eight tables waits for one round trip, not eight); a server
+    that keeps no listings (one mt_magic starts) needs none: each of its reads lists the files (and
+    a table a user CACHEd there stays as cached, as for any query on it)."""
     quoted = ['.'.join(quote_identifier(p) for p in i.split('.', 2)) for i in identifiers]
     if not is_connect(spark):
         for name in quoted:
             forget_listing(spark, name)
+        return
+    if not session_info(spark).keeps_listings:
         return
     pending = [alongside(spark, spark.sql, f"REFRESH TABLE {name}") for name in quoted]
     for request in pending:

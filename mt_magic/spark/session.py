@@ -46,6 +46,9 @@ class SessionInfo:
     master: str
     application_id: str
     connect: bool
+    # Spark keeps tables' file listings between statements (its relation cache): a write from another
+    # application shows only after REFRESH TABLE. A server mt_magic starts keeps none.
+    keeps_listings: bool = True
 
     @property
     def text(self) -> str:
@@ -66,7 +69,7 @@ def session_info(spark: Any) -> SessionInfo:
         pass
     conf = spark.conf
     info = SessionInfo(conf.get("spark.master", "unknown"), conf.get("spark.app.id", "unknown"),
-                       is_connect(spark))
+                       is_connect(spark), conf.get(RELATION_CACHE_SIZE, None) != "0")
     try:
         _INFO[spark] = info
     except TypeError:      # a session that cannot be weakly referenced is asked each time
@@ -74,6 +77,7 @@ def session_info(spark: Any) -> SessionInfo:
     return info
 
 
+RELATION_CACHE_SIZE = "spark.sql.filesourceTableRelationCacheSize"
 _INFO: weakref.WeakKeyDictionary[Any, SessionInfo] = weakref.WeakKeyDictionary()
 
 
@@ -142,7 +146,7 @@ def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connec
         settings = {"spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
                     "spark.connect.grpc.binding.address": "127.0.0.1",
                     "spark.connect.grpc.binding.port": str(connect_port),
-                    "spark.sql.filesourceTableRelationCacheSize": "0", **conf}
+                    RELATION_CACHE_SIZE: "0", **conf}
     for key, value in settings.items():
         builder = builder.config(key, value)
     started = SparkSession.getActiveSession() is None and SparkContext._active_spark_context is None
