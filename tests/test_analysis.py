@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 
 from mt_magic import ValidationError
-from mt_magic.spark.analysis import QueryAnalyzer
+from mt_magic.spark.analysis import QueryAnalyzer, analysed_operators
 from mt_magic.spark.catalog import TableLookup, lookup_table
 from mt_magic.spark.commands import command_rows
+from mt_magic.spark.frames import query_frame, query_over
 
 
 @pytest.fixture
@@ -128,6 +129,34 @@ def test_current_database_that_needs_quotes(spark, analyzer, db):
         assert analyzer.analyze("SELECT * FROM t").sources == ("spark_catalog.2024.t",)
     finally:
         spark.catalog.setCurrentDatabase(db)
+
+
+@pytest.mark.parametrize("query, sources", [
+    ("SELECT * FROM sales s JOIN users ON s.product_id = users.id", ["sales", "users"]),
+    ("WITH x AS (SELECT * FROM users) SELECT * FROM x, sales", ["users", "sales"]),
+    ("SELECT product_id FROM sales UNION ALL SELECT id FROM spark_catalog.analysis_other.t2", ["sales", "t2"]),
+    ("SELECT * FROM analysis_other.t2", []),          # a two-part name is a question of its own
+])
+def test_guessed_sources_are_the_analysed_ones_where_the_tokenizer_can_tell(analyzer, db, query, sources):
+    """What a CREATE asks the catalog about before Spark's analysis answers: the same sources."""
+    expected = tuple(f"spark_catalog.{'analysis_other' if n == 't2' else db}.{n}" for n in sources)
+    with analyzer.pinned():
+        assert analyzer.guessed_sources(query) == expected
+    if expected:
+        assert analyzer.analyze(query).sources == expected
+
+
+def test_operators_outside_a_named_relation(spark, analyzer):
+    """Judging a delta rule: what the output over a state adds, not what the state holds."""
+    state = query_frame(spark, "SELECT product_id, SUM(amount) AS total FROM sales GROUP BY product_id")
+    cases = {"SELECT * FROM probe_rel": set(),
+             "SELECT product_id, total, RANK() OVER (ORDER BY total) AS r FROM probe_rel": {"Window"},
+             "SELECT MAX(total) AS m FROM probe_rel": {"Aggregate"},
+             "SELECT a.total FROM probe_rel a JOIN probe_rel b ON a.product_id = b.product_id": set()}
+    for query, expected in cases.items():
+        with query_over(spark, query, {"probe_rel": state}) as out:
+            assert analysed_operators(out, outside="probe_rel") & {"Aggregate", "Window"} == expected, query
+            assert "Aggregate" in analysed_operators(out), query     # the state's own, when asked whole
 
 
 def test_pinned_statement_asks_the_session_once(spark, analyzer, db):

@@ -47,6 +47,12 @@ class Runs:
         self.matched: dict[str, float] = {}    # table → epoch seconds a skip last found its sources unchanged
         self.owner = False        # this process runs the store's pipelines (set by the gateway)
 
+    def begin(self, table: MaterializedTable) -> None:
+        """Send what a new table's first refresh asks Spark before it reads (its rule judged, where its
+        sources live), not waiting: over Connect the answers come while the statement goes on."""
+        self.chooser.begin(table)
+        self.snapshots.begin(table.source_tables)
+
     def run(self, table: MaterializedTable, spec: dict[str, str], trigger: Trigger,
             schedule_time: str | None = None, only_changed: bool = False) -> tuple[MaterializedTable, RefreshOutcome]:
         """One refresh at a time per table; the outcome is recorded either way, in the record and

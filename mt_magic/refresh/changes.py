@@ -16,7 +16,8 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -27,6 +28,7 @@ from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import MaterializedTableError
 from mt_magic.spark.analysis import QueryAnalyzer
 from mt_magic.spark.catalog import TableFacts, table_facts, tables_facts
+from mt_magic.spark.commands import alongside
 from mt_magic.spark.files import Files, Listing
 from mt_magic.storage.linked import version_relative
 from mt_magic.sql.statements import quote_identifier
@@ -180,6 +182,23 @@ class Snapshots:
         self.analyzer = analyzer
         self._folders: dict[str, tuple[float, TableFacts | None]] = {}
         self._lineage: dict[str, _Lineage] = {}
+        self._asking: tuple[frozenset[str], Future[dict[str, TableFacts]]] | None = None
+
+    def begin(self, sources: Sequence[str]) -> None:
+        """Send the catalog question of the next snapshot of these sources now, not waiting (a
+        CREATE sends it as soon as it knows them; the files are still listed when the snapshot is
+        taken). Asked already, it is not sent again."""
+        asked = frozenset(source for source in sources if self._looks_up(source))
+        pending = self._asking
+        if asked and (pending is None or pending[0] != asked):
+            self._asking = (asked, alongside(self.spark, tables_facts, self.spark, sorted(asked)))
+
+    def _facts(self, asked: tuple[str, ...]) -> dict[str, TableFacts]:
+        """Where the sources live: the question `begin` sent, else one asked now."""
+        pending, self._asking = self._asking, None
+        if pending is not None and pending[0] == frozenset(asked):
+            return pending[1].result()
+        return tables_facts(self.spark, asked)
 
     def take(self, table: MaterializedTable) -> tuple[Snapshot, dict[str, Listing | None]]:
         """The sources' snapshot (digests, for the record) and the listings it was taken from (for
@@ -188,9 +207,9 @@ class Snapshots:
         snapshot: Snapshot = {}
         listings: dict[str, Listing | None] = {}
         # Where the sources live: one catalog request per database, not one per source.
-        asked = [source for source in table.source_tables if self._looks_up(source)]
+        asked = tuple(source for source in table.source_tables if self._looks_up(source))
         try:
-            facts: dict[str, TableFacts | None] = dict(tables_facts(self.spark, asked)) if asked else {}
+            facts: dict[str, TableFacts | None] = dict(self._facts(asked)) if asked else {}
         except MaterializedTableError:      # a source gone: each is looked up alone, and says so
             facts = {}
         for source in table.source_tables:

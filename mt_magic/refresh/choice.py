@@ -6,10 +6,14 @@ change is expected to cost less than recomputing it (`mt_magic.incremental.cost`
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import types as T
 
@@ -19,13 +23,15 @@ from mt_magic.errors import MaterializedTableError
 from mt_magic.incremental.cost import Estimate, SourceBytes, estimate
 from mt_magic.incremental.relations import Version
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
-from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots, volatile
+from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
 from mt_magic.spark.analysis import analysed_operators
+from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files
 from mt_magic.spark.frames import query_frame, query_over
 from mt_magic.spark.types import type_from_json
 from mt_magic.sql.statements import quote_identifier
+from mt_magic.sql.volatile import volatile_calls
 from mt_magic.storage.formats import data_source_options
 from mt_magic.storage.manifests import Manifest
 
@@ -33,6 +39,7 @@ READABLE_FORMATS = ("parquet", "orc")      # a plain source's files read alone w
 SCHEMA_TTL_S = 30.0
 STATEFUL = (Aggregate, DistinctCount, TopN)        # the rules that keep a state beside the data
 Stateful = Aggregate | DistinctCount | TopN
+_A = TypeVar("_A")
 # What Spark may make of a linear query and still add rows only as its sources do.
 _NOT_LINEAR = {"Aggregate", "Window", "WindowGroupLimit", "Distinct", "Deduplicate", "GlobalLimit", "LocalLimit",
                "Offset", "Sort", "Sample", "Except", "Intersect", "Expand", "Join LeftOuter", "Join RightOuter",
@@ -73,18 +80,45 @@ class Chooser:
         self.spark = spark
         self.files = files
         self.snapshots = snapshots
-        self._rules: dict[str, tuple[str, Rule]] = {}
-        self._schemas: dict[str, tuple[float, T.StructType]] = {}
+        # Answers being asked or given (over Connect a question goes out as soon as it is known, and
+        # whoever needs the answer waits for it); a failed one is asked again.
+        self._rules: dict[str, tuple[str, Future[Rule]]] = {}
+        self._schemas: dict[str, tuple[float, Future[T.StructType]]] = {}
+        self._lock = threading.Lock()
 
     def rule(self, table: MaterializedTable) -> Rule:
-        known = self._rules.get(table.identifier)
-        if known is not None and known[0] == table.definition_query:
-            return known[1]
+        return self._settled(self._rules, table.identifier, self._judging(table))
+
+    def _judging(self, table: MaterializedTable) -> tuple[str, Future[Rule]]:
+        return self._asking(self._rules, table.identifier, table.definition_query,
+                            lambda known: known != table.definition_query, lambda: self._judged_rule(table))
+
+    def _judged_rule(self, table: MaterializedTable) -> Rule:
         rule = _unjudged(table)
-        if not isinstance(rule, Recompute):
-            rule = self._judged(table, rule)
-        self._rules[table.identifier] = (table.definition_query, rule)
-        return rule
+        return rule if isinstance(rule, Recompute) else self._judged(table, rule)
+
+    def _asking(self, answers: dict[str, tuple[Any, Future[_A]]], key: str, token: Any,
+                stale: Callable[[Any], bool], request: Callable[[], _A]) -> tuple[Any, Future[_A]]:
+        """The answer to `key` being asked or given; else `request` sent now (over Connect not waited
+        for), `token` marking what it answers."""
+        with self._lock:
+            known = answers.get(key)
+            if known is not None and not stale(known[0]):
+                return known
+            known = (token, Future())
+            answers[key] = known
+        alongside(self.spark, _settle, known[1], request)
+        return known
+
+    def _settled(self, answers: dict[str, tuple[Any, Future[_A]]], key: str, entry: tuple[Any, Future[_A]]) -> _A:
+        """The answer; a failed one is forgotten, to be asked again."""
+        try:
+            return entry[1].result()
+        except BaseException:
+            with self._lock:
+                if answers.get(key) is entry:
+                    del answers[key]
+            raise
 
     def _judged(self, table: MaterializedTable, rule: Linear | Stateful) -> Rule:
         """Spark's reading of what the rule wrote: a rule is trusted only where Spark agrees."""
@@ -94,31 +128,45 @@ class Chooser:
             if isinstance(rule, Linear):
                 found = analysed_operators(query_frame(self.spark, table.definition_query)) & _NOT_LINEAR
                 return Recompute(f"Spark plans it with {sorted(found)[0]}") if found else rule
-            state = query_frame(self.spark, rule.state(real))
-            schema = spark_call(lambda: state.schema, "Analysing the state")
-            if isinstance(rule, Aggregate) and any(
-                    isinstance(schema.fields[len(rule.keys) + j].dataType, T.DecimalType) for j in rule.averaged):
+            state_sql = rule.state(real)
+            # The output over the state, its operators read outside the state's own: one request, and
+            # the state's schema beside it (a plan of its own) where an average's type matters.
+            schema = alongside(self.spark, spark_call, lambda: query_frame(self.spark, state_sql).schema,
+                               "Analysing the state") if isinstance(rule, Aggregate) and rule.averaged else None
+            state = query_frame(self.spark, state_sql)
+            probe = f"mt_state_{uuid.uuid4().hex[:10]}"
+            with query_over(self.spark, rule.output(probe, table.query_columns), {probe: state}) as out:
+                found = analysed_operators(out, outside=probe) & ({"Window"} if isinstance(rule, DistinctCount)
+                                                                  else {"Aggregate", "Window"})
+            if schema is not None and any(isinstance(schema.result().fields[len(rule.keys) + j].dataType,
+                                                     T.DecimalType) for j in rule.averaged):
                 return Recompute("AVG of a DECIMAL (its rounding is recomputed, not merged)")
-            probe = f"mt_state_{uuid.uuid4().hex[:10]}"      # the state's schema, with no plan of its own
-            with query_over(self.spark, rule.output(probe, table.query_columns),
-                            {probe: self.spark.createDataFrame([], schema)}) as out:
-                found = analysed_operators(out) & ({"Window"} if isinstance(rule, DistinctCount)
-                                                   else {"Aggregate", "Window"})
             return Recompute("an output expression that is not a group key or a merged aggregate") if found else rule
         except MaterializedTableError as error:
             return Recompute(f"its delta does not analyse ({str(error).splitlines()[0][:120]})")
 
     def prepare(self, table: MaterializedTable) -> None:
-        """What choosing asks Spark that the snapshot does not — the rule, judged, and the schemas of
-        the sources never read before — asked while the snapshot is taken (over Connect the requests
-        travel together); a failure here is met again, and reported, where the choice asks."""
-        rule = self.rule(table)
+        """Ask what choosing asks Spark that the snapshot does not — the rule, judged, and the schemas
+        of the sources never read before — and wait for the answers. Over Connect the requests travel
+        together, beside the snapshot's; a failure here is met again, and reported, where the choice
+        asks."""
+        for answer in self.begin(table):
+            with contextlib.suppress(MaterializedTableError):
+                answer()
+
+    def begin(self, table: MaterializedTable) -> list[Callable[[], object]]:
+        """Send what `prepare` asks, not waiting (a CREATE sends it as soon as its table is known); how
+        to wait for each answer."""
+        answers: list[Callable[[], object]] = [functools.partial(self.rule, table)]
+        self._judging(table)
+        rule = _unjudged(table)
         if isinstance(rule, Recompute) or table.options.get(REFRESH_POLICY) == "full":
-            return
+            return answers
         for source in dict.fromkeys(rule.sources):
-            if self.snapshots.store.get(source) is None and source not in self._schemas:
-                with contextlib.suppress(MaterializedTableError):
-                    self._schema(source)
+            if self.snapshots.store.get(source) is None:
+                self._asking_schema(source)
+                answers.append(functools.partial(self._schema, source))
+        return answers
 
     def reading(self, source: str) -> Reading | str:
         """How `source`'s files are read alone, or why they cannot be."""
@@ -138,12 +186,13 @@ class Chooser:
         return Reading(provider, self._schema(source), {}, facts.partition_columns)
 
     def _schema(self, source: str) -> T.StructType:
-        stamp, schema = self._schemas.get(source, (0.0, None))
-        if schema is None or time.monotonic() - stamp > SCHEMA_TTL_S:
-            quoted = ".".join(quote_identifier(p) for p in source.split(".", 2))
-            schema = spark_call(lambda: self.spark.table(quoted).schema, f"Reading the schema of {source}")
-            self._schemas[source] = (time.monotonic(), schema)
-        return schema
+        return self._settled(self._schemas, source, self._asking_schema(source))
+
+    def _asking_schema(self, source: str) -> tuple[float, Future[T.StructType]]:
+        quoted = ".".join(quote_identifier(p) for p in source.split(".", 2))
+        return self._asking(self._schemas, source, time.monotonic(),
+                            lambda asked: time.monotonic() - asked > SCHEMA_TTL_S,
+                            lambda: spark_call(lambda: self.spark.table(quoted).schema, f"Reading the schema of {source}"))
 
     def technique(self, table: MaterializedTable, judged: bool = True) -> str:
         """What a refresh after appends to the sources does, and how (DESCRIBE, EXPLAIN). Not `judged`:
@@ -204,8 +253,20 @@ class Chooser:
         return estimate(branches, sources, state)
 
 
+def _settle(answer: Future[_A], request: Callable[[], _A]) -> None:
+    try:
+        answer.set_result(request())
+    except BaseException as error:   # noqa: BLE001 - handed to whoever waits for the answer
+        answer.set_exception(error)
+
+
 def _unjudged(table: MaterializedTable) -> Rule:
     """The rule by syntax alone (Spark has not yet read what it writes)."""
-    calls = volatile(table)
-    return Recompute(f"the non-deterministic function {calls[0].upper()}") if calls else \
-        maintenance(table.definition_query)
+    return _rule_by_syntax(table.definition_query)
+
+
+@functools.lru_cache(maxsize=256)
+def _rule_by_syntax(definition_query: str) -> Rule:
+    """Parsing a query costs milliseconds; a statement asks its rule several times (the rules are frozen)."""
+    calls = volatile_calls(definition_query)
+    return Recompute(f"the non-deterministic function {calls[0].upper()}") if calls else maintenance(definition_query)

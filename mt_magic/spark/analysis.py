@@ -66,20 +66,37 @@ def physical_plan(frame: Any) -> str:
 _OPERATOR = re.compile(r"^[\s:|+-]*([A-Z][A-Za-z]*)(?: ([A-Z][A-Za-z]*))?", re.M)
 
 
-def analysed_operators(frame: Any) -> set[str]:
+def analysed_operators(frame: Any, outside: str | None = None) -> set[str]:
     """The operators of a DataFrame's analysed plan ('Aggregate', 'Join Inner', ...): what Spark
-    made of a query, whatever its text says."""
+    made of a query, whatever its text says. `outside`: not those under the relation of that name."""
     if is_connect(frame.sparkSession):
         text = spark_call(lambda: frame._explain_string(extended=True), "The query is not valid")
         text = text.split(_ANALYZED, 1)[-1].split("== Optimized Logical Plan ==", 1)[0]
     else:
         text = spark_call(lambda: frame._jdf.queryExecution().analyzed().treeString(), "The query is not valid")
+    if outside is not None:
+        text = _pruned(text, outside)
     found = set()
     for match in _OPERATOR.finditer(text):
         found.add(match.group(1))
         if match.group(1) == "Join" and match.group(2):
             found.add(f"Join {match.group(2)}")
     return found
+
+
+def _pruned(tree: str, alias: str) -> str:
+    """A plan's text without the subtrees of the relations named `alias` (each line's depth is its
+    prefix of tree marks, three characters a level)."""
+    kept: list[str] = []
+    under: int | None = None
+    for line in tree.splitlines():
+        depth = len(line) - len(line.lstrip(" :|+-"))
+        if under is not None and depth > under:
+            continue
+        under = depth if line[depth:] == f"SubqueryAlias {alias}" else None
+        if under is None:
+            kept.append(line)
+    return "\n".join(kept)
 
 
 class QueryAnalyzer:
@@ -155,6 +172,20 @@ class QueryAnalyzer:
         memo = getattr(self._statement, "memo", None)
         if self._connect and memo is not None and is_query(query):
             memo[("analysis", query)] = alongside(self.spark, self._ask_analysis, query)
+
+    def guessed_sources(self, query: str) -> tuple[str, ...]:
+        """The tables the query reads as our tokenizer places them, qualified: enough to send a
+        question about them before Spark answers (its parser decides, in `analyze`). Nothing where
+        telling would cost a question of its own (a two-part name) or fails."""
+        scopes = cte_scopes(query)
+        refs = [ref for ref in relation_positions(query) if not in_cte_scope(ref, scopes)]
+        if any(len(ref.parts) == 2 for ref in refs):
+            return ()
+        try:
+            current = self.current()
+            return tuple(dict.fromkeys(".".join(self.qualify(ref.parts, current)) for ref in refs))
+        except (ValidationError, *SPARK_ERRORS):
+            return ()
 
     def analyze(self, query: str) -> AnalyzedQuery:
         frame, plans = self._analysed(query)

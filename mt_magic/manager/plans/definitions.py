@@ -39,8 +39,12 @@ class Definitions(Family):
                                       "MATERIALIZED TABLE runs again harmlessly (unchanged when identical).")
             return self._create_or_alter(existing, statement)
         lookup = alongside(self.ws.spark, lookup_table, self.ws.spark, catalog, database, name)
+        if statement.refresh_mode != CONTINUOUS:      # where the sources live, asked while Spark analyses
+            self.pipelines.runs.snapshots.begin(self.ws.analyzer.guessed_sources(statement.query))
         try:
             table = self._new_table(statement, catalog, database, name)
+            if table.refresh_mode != CONTINUOUS:
+                self.pipelines.runs.begin(table)
         finally:    # the name's errors come before the query's
             _check_free(lookup.result(), statement.or_alter, catalog, database, name)
         check_policy(table, self.pipelines.runs.chooser.rule)
