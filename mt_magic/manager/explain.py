@@ -12,7 +12,7 @@ from mt_magic.manager.pipelines import Pipelines
 from mt_magic.refresh.changes import Change, SourceChange, compare, deltas, volatile
 from mt_magic.refresh.full import refresh_frame
 from mt_magic.results import Result
-from mt_magic.spark.analysis import physical_plan
+from mt_magic.spark.plans import physical_plan
 from mt_magic.spark.errors import spark_call
 from mt_magic.storage.versions import Target
 

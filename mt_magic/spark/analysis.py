@@ -24,6 +24,7 @@ from mt_magic.spark.catalog import builtin_functions, is_catalog, temporary_func
 from mt_magic.spark.commands import alongside, command_rows
 from mt_magic.spark.frames import query_frame
 from mt_magic.spark.errors import SPARK_ERRORS, error_class, query_position, spark_call, spark_message
+from mt_magic.spark.plans import ANALYZED, physical_plan
 from mt_magic.spark.session import is_connect
 from mt_magic.sql.relations import NameRef, cte_scopes, in_cte_scope, is_query, relation_positions
 from mt_magic.sql.statements import ObjectName, quote_identifier
@@ -48,55 +49,12 @@ _QUERY_WORDS = ("SELECT", "WITH", "VALUES", "FROM", "TABLE")
 _PARSED_RELATION = re.compile(r"'UnresolvedRelation \[(.*?)\], \[.*\], (?:true|false)$", re.M)
 # A view in an analysed plan: persistent views print catalog.database.name, temporary ones fewer parts.
 _VIEW = re.compile(r"^[ :|+-]*View \(((?:`(?:[^`]|``)*`\.?)+), \[", re.M)
-_ANALYZED = "== Analyzed Logical Plan =="
 _POSITION = re.compile(r"\(line (\d+), pos (\d+)\)")
 # A file scan in a physical plan: the table it reads and the partition filters Spark pushed into it.
 _FILE_SCAN = re.compile(r"FileScan \S+ ([^\s\[]+)\[.*?PartitionFilters: \[(.*?)\], PushedFilters")
 
 
 _T = TypeVar("_T")
-
-
-def physical_plan(frame: Any) -> str:
-    """Spark's physical plan of a DataFrame, as EXPLAIN prints it (nothing runs)."""
-    return spark_call(lambda: frame._explain_string(mode="simple") if is_connect(frame.sparkSession)
-                      else frame._jdf.queryExecution().executedPlan().toString(), "Spark")
-
-
-_OPERATOR = re.compile(r"^[\s:|+-]*([A-Z][A-Za-z]*)(?: ([A-Z][A-Za-z]*))?", re.M)
-
-
-def analysed_operators(frame: Any, outside: str | None = None) -> set[str]:
-    """The operators of a DataFrame's analysed plan ('Aggregate', 'Join Inner', ...): what Spark
-    made of a query, whatever its text says. `outside`: not those under the relation of that name."""
-    if is_connect(frame.sparkSession):
-        text = spark_call(lambda: frame._explain_string(extended=True), "The query is not valid")
-        text = text.split(_ANALYZED, 1)[-1].split("== Optimized Logical Plan ==", 1)[0]
-    else:
-        text = spark_call(lambda: frame._jdf.queryExecution().analyzed().treeString(), "The query is not valid")
-    if outside is not None:
-        text = _pruned(text, outside)
-    found = set()
-    for match in _OPERATOR.finditer(text):
-        found.add(match.group(1))
-        if match.group(1) == "Join" and match.group(2):
-            found.add(f"Join {match.group(2)}")
-    return found
-
-
-def _pruned(tree: str, alias: str) -> str:
-    """A plan's text without the subtrees of the relations named `alias` (each line's depth is its
-    prefix of tree marks, three characters a level)."""
-    kept: list[str] = []
-    under: int | None = None
-    for line in tree.splitlines():
-        depth = len(line) - len(line.lstrip(" :|+-"))
-        if under is not None and depth > under:
-            continue
-        under = depth if line[depth:] == f"SubqueryAlias {alias}" else None
-        if under is None:
-            kept.append(line)
-    return "\n".join(kept)
 
 
 class QueryAnalyzer:
@@ -269,7 +227,7 @@ class QueryAnalyzer:
         round trip), on a classic session the analysed plan from the JVM."""
         if self._connect:
             return spark_call(lambda: frame._explain_string(extended=True), "The query is not valid")
-        return _ANALYZED + "\n" + frame._jdf.queryExecution().analyzed().treeString()
+        return ANALYZED + "\n" + frame._jdf.queryExecution().analyzed().treeString()
 
     def _table_relations(self, query: str, plans: str | None) -> list[NameRef]:
         """The relations that name tables or views (not CTEs), with their places in the text."""
@@ -278,7 +236,7 @@ class QueryAnalyzer:
         else:
             if plans is None:
                 plans = self._plan_text(query_frame(self.spark, query))
-            relations = self._connect_relations(query, plans.split(_ANALYZED, 1)[0])
+            relations = self._connect_relations(query, plans.split(ANALYZED, 1)[0])
         scopes = cte_scopes(query)
         return sorted((ref for ref in relations if not in_cte_scope(ref, scopes)), key=lambda r: r.start)
 
@@ -286,7 +244,7 @@ class QueryAnalyzer:
     def _reject_temporary_views(plans: str) -> None:
         """A view the analysed plan names with fewer than three parts is a temporary one (a persistent
         view cannot read a temporary one, so each reaches the plan through the query itself)."""
-        for match in _VIEW.finditer(plans.split(_ANALYZED, 1)[-1]):
+        for match in _VIEW.finditer(plans.split(ANALYZED, 1)[-1]):
             parts = re.findall(r"`((?:[^`]|``)*)`", match.group(1))
             if len(parts) < 3:
                 name = ".".join(p.replace("``", "`") for p in parts)
