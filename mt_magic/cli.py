@@ -1,5 +1,6 @@
 """`mt-magic serve` keeps a catalog store's tables fresh with no notebook open; `mt-magic status`
-shows who owns a store and how fresh each table is (it reads files only, no Spark)."""
+shows who owns a store and how fresh each table is, and `mt-magic adopt` moves tables that stores of
+an earlier layout shared into the store they belong to (both read files only, no Spark)."""
 
 from __future__ import annotations
 
@@ -47,9 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="the service's application also serves Spark Connect on localhost:N")
     status = commands.add_parser("status", help="the owner of a catalog store and every table's freshness")
     status.add_argument("--store", help="the catalog store file")
+    adopt = commands.add_parser("adopt", help="move tables that stores of an earlier layout shared into one store")
+    adopt.add_argument("--store", help="the catalog store file the tables belong to")
+    adopt.add_argument("tables", nargs="+", metavar="TABLE", help="a table's name (its identifier's last parts)")
     args = parser.parse_args(argv)
+    commands_run = {"serve": _serve, "status": _status, "adopt": _adopt}
     try:
-        return _serve(args) if args.command == "serve" else _status(args)
+        return commands_run[args.command](args)
     except MaterializedTableError as error:
         print(f"mt-magic {args.command}: {error}", file=sys.stderr)
         return 2
@@ -120,6 +125,15 @@ def _status(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
+
+
+def _adopt(args: argparse.Namespace) -> int:
+    path = cfg.catalog_store_path(args.store)
+    if not os.path.isfile(path):
+        raise MaterializedTableError(f"There is no catalog store at {path}.")
+    for identifier in CatalogStore(path).adopt(args.tables):
+        print(f"{identifier}: now in {path}")
     return 0
 
 

@@ -31,7 +31,8 @@ from mt_magic.manager.workspace import Workspace
 from mt_magic.results import Result
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
 from mt_magic.spark.history_function import register_history_function
-from mt_magic.spark.session import active_session, quiet_background_output, session_info
+from mt_magic.spark.session import (active_session, keep_query_errors_in_spark_log, quiet_background_output,
+                                    session_info)
 from mt_magic.sql import statements as st
 from mt_magic.sql.parser import parse
 from mt_magic.sql.tokens import line_column
@@ -57,6 +58,7 @@ class Gateway:
         if spark is None:
             raise MaterializedTableError(
                 "No SparkSession: pass one, e.g. Gateway(SparkSession.builder.getOrCreate()).")
+        keep_query_errors_in_spark_log()      # the errors mt_magic handles are said once, in its words
         self._ws = Workspace(spark, catalog_store, config)
         self.pipelines = Pipelines(self._ws, refresh=lambda name, at: self.refresh(name, schedule_time=at))
         register_history_function(spark, self._ws.store.path)     # SELECT * FROM mt_refresh_history(…)
@@ -156,7 +158,7 @@ class Gateway:
     def restore_warnings(self) -> list[str]:
         """What could not be put back when this gateway took the store (tables, streams, leftovers);
         the part done in the background is added as it goes (see `restored`)."""
-        return self._early_warnings + self._restoring.warnings
+        return self._ws.store.warnings + self._early_warnings + self._restoring.warnings
 
     def restored(self, timeout_s: float | None = None) -> bool:
         """Wait until this gateway has put every table back into Spark and, as the owner, restarted the

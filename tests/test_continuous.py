@@ -72,9 +72,9 @@ def test_tables_follow_appended_rows(spark, streaming):
 
 def test_suspend_append_resume_processes_the_appended_rows_once(spark, streaming, tmp_path):
     follows(spark, "big", FILTERED)
-    streaming.execute("ALTER MATERIALIZED TABLE per_user SUSPEND")     # no setting: beside the store
+    streaming.execute("ALTER MATERIALIZED TABLE per_user SUSPEND")     # no setting: in the store's folder
     assert streaming.describe("per_user")["refresh_handler"]["restore_path"].startswith(
-        "file:" + os.path.join(os.path.dirname(streaming.store.path), "savepoints"))
+        "file:" + os.path.join(streaming.store.home, "savepoints"))
     streaming.execute(f"SET 'execution.checkpointing.savepoint-dir' = '{tmp_path}/savepoints'")
     streaming.execute("ALTER MATERIALIZED TABLE big SUSPEND")
     with pytest.raises(StateError, match="continuous refresh job has been suspended"):

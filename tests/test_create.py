@@ -114,7 +114,7 @@ def test_schema_rules(spark, gw, sales, store_path, columns, fragment):
 def assert_nothing_left(spark, gw):
     assert gw.store.list() == []
     assert not spark.catalog.tableExists("t")
-    data = os.path.join(os.path.dirname(gw.store.path), "data")
+    data = os.path.join(gw.store.home, "data")
     assert not os.path.exists(data) or not any(files for _, _, files in os.walk(data))
 
 

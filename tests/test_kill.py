@@ -12,6 +12,7 @@ import pytest
 
 from helpers import table_rows, wait_for
 from mt_magic import Gateway
+from mt_magic.catalog.jsonfile import store_home
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.storage.writers import WRITER_NOTE
 
@@ -122,7 +123,7 @@ def test_sigkill_between_the_renames_of_a_replace_is_swept_by_the_next_owner(spa
     restarted = Gateway(spark, catalog_store=store_path)
     try:
         assert os.listdir(folder) == [old]         # the unpublished one deleted, the old one retired
-        pending = os.path.join(os.path.dirname(store_path), ".pending")
+        pending = os.path.join(store_home(store_path), ".pending")
         assert [n.split("-")[0] for n in os.listdir(pending) if not n.startswith(".")] == ["retired"]
     finally:
         restarted.close()

@@ -85,3 +85,15 @@ def test_the_modules_the_doc_names_exist():
             if not (folder / f"{module}.py").exists() and not (folder / module).is_dir():
                 missing.append(f"{package}/{module}")
     assert missing == []
+
+
+def test_the_accepted_spark_releases_are_the_one_the_suite_runs_on():
+    """The package reaches into Spark's JVM classes, whose signatures differ between releases: it
+    accepts only the release its tests run on (the README says which)."""
+    from importlib.metadata import requires, version
+    from packaging.requirements import Requirement
+    accepted = [Requirement(r) for r in requires("mt-magic") if Requirement(r).name == "pyspark"]
+    assert accepted and all(version("pyspark") in r.specifier for r in accepted)
+    assert not any(r.specifier.contains(older) for r in accepted for older in ("4.0.5", "4.1.4", "4.2.1"))
+    said = re.search(r"accepts `pyspark([^`]+)`", " ".join((ROOT / "README.md").read_text().split()))
+    assert said and Requirement("pyspark" + said.group(1)).specifier == accepted[0].specifier

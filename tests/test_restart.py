@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from helpers import table_rows, published_partitions
-from mt_magic import Gateway
+from mt_magic import Gateway, ValidationError
 from mt_magic.catalog.model import INITIALIZING
 from mt_magic.storage.versions import TableStorage
 from mt_magic.storage.writers import WRITER_NOTE, note_of
@@ -210,3 +212,26 @@ def test_spark_left_on_an_unrecorded_version_is_put_back_and_that_version_outliv
         assert table_rows(spark, "t") == table_rows(spark, "sales")
     finally:
         second.close()
+
+
+def test_two_stores_in_one_folder_are_two_stores(spark, db, sales, tmp_path):
+    """stores/dev.json and stores/prod.json, opened one after the other in one session: neither lists,
+    drops nor reopens with the other's tables."""
+    dev_path, prod_path = str(tmp_path / "stores" / "dev.json"), str(tmp_path / "stores" / "prod.json")
+    dev = Gateway(spark, catalog_store=dev_path)
+    dev.execute("CREATE MATERIALIZED TABLE dev_t REFRESH_MODE = FULL AS SELECT * FROM sales")
+    dev.close()
+    prod = Gateway(spark, catalog_store=prod_path)
+    try:
+        prod.execute("CREATE MATERIALIZED TABLE prod_t REFRESH_MODE = FULL AS SELECT * FROM sales")
+        assert [row[0] for row in prod.execute("SHOW MATERIALIZED TABLES")[-1].rows] == ["prod_t"]
+        with pytest.raises(ValidationError, match="dev_t is not a materialized table"):
+            prod.execute("DROP MATERIALIZED TABLE dev_t")
+    finally:
+        prod.close()
+    dev = Gateway(spark, catalog_store=dev_path)
+    try:
+        assert [row[0] for row in dev.execute("SHOW MATERIALIZED TABLES")[-1].rows] == ["dev_t"]
+        assert dev.restore_warnings == [] and table_rows(spark, "dev_t") == table_rows(spark, "sales")
+    finally:
+        dev.close()

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -316,3 +317,85 @@ def test_a_kernel_that_owns_the_store_hands_it_to_a_service(spark, store_path, t
             assert service.stop() == 0, service.log.read_text()
     finally:
         kernel.close()
+
+
+def plain_client(work: Path, url: str, store: Path, script: str, name: str) -> str:
+    """A script as a user writes it: PySpark's own builder, then a Gateway on the service's store."""
+    path = work / f"{name}.py"
+    path.write_text("import time\nfrom pyspark.sql import SparkSession\nfrom mt_magic import Gateway\n"
+                    f"spark = SparkSession.builder.remote({url!r}).getOrCreate()\n"
+                    f"gw = Gateway(spark, catalog_store={str(store)!r})\n"
+                    + textwrap.dedent(script) + "\ngw.close()\n")
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=_env(), cwd=work,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _errors(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if " ERROR " in line or '"level": "ERROR"' in line]
+
+
+@pytest.mark.processes
+def test_a_service_on_the_default_catalog_keeps_its_clients_sources_across_a_restart(tmp_path):
+    """`mt-magic serve --store S --connect-port P --conf spark.sql.warehouse.dir=W`, no Hive: a client
+    creates a source and tables over it; after a restart the service registers the source again (the
+    in-memory catalog forgot it) and refreshes on; a source really gone suspends its tables once."""
+    service = Service(tmp_path, "first", hive=False)
+    plain_client(tmp_path, service.url, service.store, """
+        spark.sql("CREATE TABLE visits (k INT, v DOUBLE) USING parquet")
+        assert [t.name for t in spark.catalog.listTables()] == ["visits"]
+        spark.sql("INSERT INTO visits VALUES (1, 1.0), (2, 2.0)")
+        for name in ("per_k", "total"):
+            gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '5' SECOND REFRESH_MODE = FULL "
+                       "AS SELECT k, SUM(v) AS s FROM visits GROUP BY k" if name == "per_k" else
+                       f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '5' SECOND REFRESH_MODE = FULL "
+                       "AS SELECT SUM(v) AS s FROM visits")
+    """, "creator")
+    assert service.stop() == 0, service.log.read_text()
+    assert _errors(service.log) == []
+    second = Service(tmp_path, "second", hive=False)
+    try:
+        assert "Registered again the 1 tables" in second.log.read_text()
+        plain_client(tmp_path, second.url, second.store, """
+            spark.sql("INSERT INTO visits VALUES (1, 5.0)")
+            deadline = time.monotonic() + 60
+            while spark.table("total").first().s != 8.0 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert spark.table("total").first().s == 8.0
+            spark.sql("DROP TABLE visits")
+        """, "after")
+        store = CatalogStore(str(second.store))
+        for name in ("per_k", "total"):
+            table = wait_for(lambda: (lambda t: t if t.refresh_status == "SUSPENDED" else None)(
+                store.get(f"spark_catalog.default.{name}")), timeout=60)
+            assert "source spark_catalog.default.visits does not exist" in table.suspend_reason
+        time.sleep(6)               # a fire's time: nothing retries a suspended table
+        failed = [e for e in RefreshHistory(str(second.store)).entries() if e["outcome"] == "FAILED"]
+        assert sorted(e["table"] for e in failed) == ["spark_catalog.default.per_k", "spark_catalog.default.total"]
+        assert _errors(second.log) == []
+    finally:
+        assert second.stop() == 0, second.log.read_text()
+
+
+@pytest.mark.processes
+def test_two_stores_in_one_folder_have_an_owner_each(tmp_path):
+    stores = tmp_path / "stores"
+    services = {name: Service(tmp_path, name, store=stores / f"{name}.json", hive=False) for name in ("dev", "prod")}
+    try:
+        for name, service in services.items():
+            plain_client(tmp_path, service.url, service.store, f"""
+                spark.sql("CREATE TABLE src_{name} (k INT) USING parquet")
+                spark.sql("INSERT INTO src_{name} VALUES (1)")
+                gw.execute("CREATE MATERIALIZED TABLE {name}_t FRESHNESS = INTERVAL '5' SECOND "
+                           "REFRESH_MODE = FULL AS SELECT COUNT(*) AS n FROM src_{name}")
+                assert [r[0] for r in gw.execute("SHOW MATERIALIZED TABLES")[-1].rows] == ["{name}_t"]
+                assert gw.owner()["pid"] == {service.process.pid}, gw.owner()
+            """, f"client-{name}")
+        for name, service in services.items():
+            assert Lease(str(service.store)).owner().pid == service.process.pid
+            assert [t.name for t in CatalogStore(str(service.store)).list()] == [f"{name}_t"]
+            wait_for(lambda: scheduled(service.store, f"{name}_t", service.process.pid), timeout=60)
+    finally:
+        for service in services.values():
+            assert service.stop() == 0, service.log.read_text()

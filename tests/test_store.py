@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -15,8 +16,13 @@ import pytest
 
 from mt_magic import MaterializedTableError
 from mt_magic.catalog.handlers import JobHandler, ScheduleHandler
+from mt_magic.catalog.history import RefreshHistory
+from mt_magic.catalog.lease import Lease
+from mt_magic.catalog.mailbox import Mailbox
 from mt_magic.catalog.model import Column, MaterializedTable, PartitionLocation, RefreshOutcome, Storage
-from mt_magic.catalog.store import LAYOUT, CatalogStore
+from mt_magic.catalog.layout import LAYOUT
+from mt_magic.catalog.pending import PendingWrites
+from mt_magic.catalog.store import CatalogStore
 
 
 def record(name: str = "t", **changes) -> MaterializedTable:
@@ -208,3 +214,71 @@ def test_a_store_of_the_first_layout_moves_to_a_file_per_table_losing_nothing(tm
     assert store.get("spark_catalog.default.flat").refresh_status == "SUSPENDED"
     assert json.loads(path.read_text()) == {"meta": {"1": {"schema_version": LAYOUT}}}
     assert CatalogStore(str(path)).list() == store.list()       # opened again: nothing moves twice
+
+
+def test_two_stores_in_one_folder_keep_their_own_tables(tmp_path):
+    dev, prod = CatalogStore(str(tmp_path / "dev.json")), CatalogStore(str(tmp_path / "prod.json"))
+    dev.put(record("dev_t"))
+    prod.put(record("prod_t"))
+    assert [t.name for t in dev.list()] == ["dev_t"] and [t.name for t in prod.list()] == ["prod_t"]
+    assert prod.retire("spark_catalog.db.dev_t") is None            # not prod's to drop
+    assert [t.name for t in CatalogStore(str(tmp_path / "dev.json")).list()] == ["dev_t"]
+    assert Lease(dev.path).path != Lease(prod.path).path
+    assert Mailbox(dev.path).folder != Mailbox(prod.path).folder
+
+
+def _layout_2_store(folder, name: str, tables: list[MaterializedTable]) -> str:
+    """A store as mt_magic wrote it before stores had folders of their own: records, history and notes
+    beside the store file, in folders every store of that folder shared."""
+    path = folder / name
+    path.write_text(json.dumps({"meta": {"1": {"schema_version": 2}}}))
+    for table in tables:
+        document = {**table.to_document(), "identifier": table.identifier}
+        records = folder / "tables"
+        records.mkdir(exist_ok=True)
+        digest = hashlib.sha1(table.identifier.encode()).hexdigest()
+        (records / f"{digest[:24]}.json").write_text(json.dumps({"record": {"1": document}}))
+        (folder / "history").mkdir(exist_ok=True)
+        (folder / "history" / f"{digest[:24]}.jsonl").write_text(
+            json.dumps({"table": table.identifier, "finished": "2024-01-01T00:00:00", "outcome": "SUCCEEDED"})
+            + "\n")
+    (folder / ".pending").mkdir(exist_ok=True)
+    (folder / ".pending" / "retired-1.json").write_text(json.dumps({"folder": "/x", "retired_at": 1.0}))
+    return str(path)
+
+
+def test_a_lone_store_of_the_shared_layout_moves_into_its_folder_losing_nothing(tmp_path):
+    tables = [record("a"), record("b", refresh_status="SUSPENDED")]
+    path = _layout_2_store(tmp_path, "catalog.json", tables)
+    (tmp_path / "notes.json").write_text(json.dumps({"not": "a store"}))        # a user's file beside it
+    store = CatalogStore(path)
+    assert store.list() == tables and store.warnings == []
+    assert not (tmp_path / "tables").exists() and not (tmp_path / "history").exists()
+    assert [e["table"] for e in RefreshHistory(path).entries()] == ["spark_catalog.db.a", "spark_catalog.db.b"]
+    assert PendingWrites(path).expired(0) == [("retired-1", "/x")]
+    assert json.loads((tmp_path / "catalog.json").read_text()) == {"meta": {"1": {"schema_version": LAYOUT}}}
+    assert CatalogStore(path).list() == tables                       # opened again: nothing moves twice
+
+
+def test_stores_that_shared_a_folder_say_which_tables_they_cannot_attribute(tmp_path):
+    tables = [record("dev_t"), record("prod_t")]
+    dev = _layout_2_store(tmp_path, "dev.json", tables)
+    prod = _layout_2_store(tmp_path, "prod.json", [])
+    for path in (dev, prod):
+        store = CatalogStore(path)
+        assert store.list() == []                                    # neither takes the other's tables
+        assert len(store.warnings) == 1 and "spark_catalog.db.dev_t, spark_catalog.db.prod_t could not be " \
+            "attributed" in store.warnings[0] and "mt-magic adopt" in store.warnings[0]
+    adopted = subprocess.run([sys.executable, "-m", "mt_magic", "adopt", "--store", prod, "prod_t"],
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert adopted.returncode == 0 and "spark_catalog.db.prod_t" in adopted.stdout, adopted.stderr
+    assert CatalogStore(prod).list() == [tables[1]]
+    assert [e["table"] for e in RefreshHistory(prod).entries()] == ["spark_catalog.db.prod_t"]
+    again = subprocess.run([sys.executable, "-m", "mt_magic", "adopt", "--store", dev, "prod_t"],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert again.returncode == 2 and "prod_t: no unattributed table of that name" in again.stderr
+    assert "Traceback" not in again.stderr
+    dev_store = CatalogStore(dev)
+    assert "spark_catalog.db.dev_t could not be attributed" in dev_store.warnings[0]
+    assert dev_store.adopt(["dev_t"]) == ["spark_catalog.db.dev_t"] and dev_store.list() == [tables[0]]
+    assert CatalogStore(dev).warnings == []

@@ -1,5 +1,5 @@
 """Every refresh, skip, failure and streaming batch of every table: one JSON-lines file per table in a
-`history` folder beside the store.
+`history` folder in the store's folder.
 
 An append per entry: the store's records do not grow and are not rewritten for it, a table's
 history is read without reading the others', and it survives restarts. A table keeps its newest
@@ -88,7 +88,7 @@ class RefreshHistory:
         self._split_legacy(os.path.join(os.path.dirname(self.folder), LEGACY_FILE))
 
     def path(self, table: str) -> str:
-        return os.path.join(self.folder, hashlib.sha1(table.encode()).hexdigest()[:24] + ".jsonl")
+        return os.path.join(self.folder, history_file_name(table))
 
     def record(self, entry: RefreshEntry) -> None:
         line = json.dumps(asdict(entry), sort_keys=True) + "\n"
@@ -149,6 +149,11 @@ class RefreshHistory:
                 with open(self.path(table), "a", encoding="utf-8") as handle:
                     handle.writelines(table_lines)
             os.unlink(legacy)
+
+
+def history_file_name(table: str) -> str:
+    """A table's history file, named by a digest of its identifier (never by the name itself)."""
+    return hashlib.sha1(table.encode()).hexdigest()[:24] + ".jsonl"
 
 
 def _parse(line: str) -> dict | None:

@@ -1,5 +1,5 @@
-"""JSON files beside the catalog store, written whole or not at all (a temporary file renamed over
-the old one)."""
+"""JSON files in the catalog store's folder, written whole or not at all (a temporary file renamed
+over the old one)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,18 @@ from typing import Any
 from filelock import FileLock
 
 
+HOME_SUFFIX = ".d"
+
+
+def store_home(store_path: str) -> str:
+    """The store's own folder, named for its file (`stores/dev.json` → `stores/dev.json.d`): records,
+    lease, mailbox, history, notes and default data of one store, never shared with a store beside it."""
+    return os.path.abspath(store_path) + HOME_SUFFIX
+
+
 def beside_store(store_path: str, name: str) -> tuple[str, FileLock]:
-    """A file next to the catalog store, and its own lock in the store's `.locks` folder."""
-    folder = os.path.dirname(os.path.abspath(store_path))
+    """A file in the catalog store's folder, and its own lock in the store's `.locks` folder."""
+    folder = store_home(store_path)
     os.makedirs(os.path.join(folder, ".locks"), exist_ok=True)
     return os.path.join(folder, name), FileLock(os.path.join(folder, ".locks", f"{name}.lock"))
 
@@ -54,8 +63,10 @@ def write_json(path: str, document: Any, durable: bool = False) -> None:
             os.close(dir_fd)
 
 
-def remove_stale_temporaries(folders: list[str], older_than_s: float) -> list[str]:
-    """Temporary files a killed writer left (a write takes milliseconds: an old one is dead)."""
+def remove_stale_temporaries(folders: list[str], older_than_s: float, of: str | None = None) -> list[str]:
+    """Temporary files a killed writer left (a write takes milliseconds: an old one is dead); `of`:
+    only those of that file (a folder that holds other files too)."""
+    prefix = "." + os.path.basename(of) + "-" if of else ""
     removed = []
     for folder in folders:
         try:
@@ -65,7 +76,7 @@ def remove_stale_temporaries(folders: list[str], older_than_s: float) -> list[st
         for name in names:
             path = os.path.join(folder, name)
             try:
-                if name.endswith(".tmp") and time.time() - os.path.getmtime(path) > older_than_s:
+                if name.startswith(prefix) and name.endswith(".tmp") and time.time() - os.path.getmtime(path) > older_than_s:
                     os.unlink(path)
                     removed.append(path)
             except FileNotFoundError:

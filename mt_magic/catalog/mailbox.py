@@ -1,4 +1,4 @@
-"""Statements a client sends to the owner of the store, and the owner's answers: files beside it.
+"""Statements a client sends to the owner of the store, and the owner's answers: files in its folder.
 
 A client posts a request; the owner claims it by renaming it (so a client can still withdraw a
 request nobody took, and then nothing happened), runs it and writes the answer. Files work wherever
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 
-from mt_magic.catalog.jsonfile import read_json, write_json
+from mt_magic.catalog.jsonfile import read_json, store_home, write_json
 
 MAILBOX_DIR = ".mailbox"
 _REQUEST, _TAKEN, _ANSWER = ".request", ".taken", ".answer"
@@ -18,7 +18,7 @@ _REQUEST, _TAKEN, _ANSWER = ".request", ".taken", ".answer"
 
 class Mailbox:
     def __init__(self, store_path: str) -> None:
-        self.folder = os.path.join(os.path.dirname(os.path.abspath(store_path)), MAILBOX_DIR)
+        self.folder = os.path.join(store_home(store_path), MAILBOX_DIR)
         os.makedirs(self.folder, exist_ok=True)
 
     def _path(self, request_id: str, suffix: str) -> str:

@@ -1,4 +1,4 @@
-"""Work a process leaves for later, a note per item beside the store.
+"""Work a process leaves for later, a note per item in the store's folder.
 
 Writes in flight: a CREATE TABLE AS notes its staging and replaced names before it touches anything
 and removes the note when it is done; a note whose process is known dead (this host, process gone)
@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any
 
-from mt_magic.catalog.jsonfile import read_json, write_json
+from mt_magic.catalog.jsonfile import read_json, store_home, write_json
 from mt_magic.catalog.lease import process_alive
 
 PENDING_DIR = ".pending"
@@ -24,7 +24,7 @@ _RETIRED = "retired-"
 
 class PendingWrites:
     def __init__(self, store_path: str) -> None:
-        self.folder = os.path.join(os.path.dirname(os.path.abspath(store_path)), PENDING_DIR)
+        self.folder = os.path.join(store_home(store_path), PENDING_DIR)
 
     def begin(self, note: dict[str, Any]) -> str:
         os.makedirs(self.folder, exist_ok=True)

@@ -1,5 +1,6 @@
 """The catalog store: the records of every materialized table, safe across threads, processes and
-kills. `catalog.json` names the store and its layout; each table's record is a file of its own
+kills. The store file (`catalog.json`) names the store and its layout; everything else of the store
+is in its own folder beside it (`catalog.json.d`), each table's record a file of its own
 (catalog/records.py), so a statement on one table costs one table, not the store."""
 
 from __future__ import annotations
@@ -10,15 +11,14 @@ from collections.abc import Callable
 from filelock import FileLock
 from tinydb import TinyDB
 
-from mt_magic.catalog.jsonfile import read_json
+from mt_magic.catalog import layout
+from mt_magic.catalog.history import HISTORY_DIR, history_file_name
+from mt_magic.catalog.jsonfile import read_json, store_home
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.catalog.records import AtomicJSONStorage, NamedLocks, RecordFiles
 from mt_magic.errors import MaterializedTableError
 
-_TABLES = "materialized_tables"     # layout 1: every record in catalog.json itself
-_META = "meta"
 _DROPPING = "dropping"          # a record's mark while its DROP deletes the data
-LAYOUT = 2                      # the store's layout (meta's schema_version): 2 = a file per record
 
 
 class CatalogStore:
@@ -26,32 +26,88 @@ class CatalogStore:
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
-        home = os.path.dirname(self.path)
-        os.makedirs(home, exist_ok=True)
-        self._records = RecordFiles(home, parse=lambda d: (bool(d.get(_DROPPING)),
-                                                           MaterializedTable.from_document(_strip(d))))
-        self._table_locks = NamedLocks(home, ".lock", length=16)
+        self.home = store_home(self.path)
+        os.makedirs(self.home, exist_ok=True)
+        self._records = RecordFiles(self.home, parse=_parsed)
+        self._table_locks = NamedLocks(self.home, ".lock", length=16)
+        self.warnings: list[str] = []       # what opening could not do: tables it could not attribute
         with FileLock(self.path + ".lock"):
             _check_ours(self.path)
             self._open_layout()
 
     def _open_layout(self) -> None:
-        """Write the layout on a new store; move the records of a layout-1 store into their own files
-        (each record first, then catalog.json: a kill in between moves them again, losing nothing)."""
+        """Write the layout on a new store; move a store of an earlier layout into its folder (each
+        record first, the store file last: a kill in between moves the rest at the next open)."""
         db = TinyDB(self.path, storage=AtomicJSONStorage)
         try:
-            meta = db.table(_META, cache_size=0).get(doc_id=1)
-            if meta is not None and meta["schema_version"] > LAYOUT:
+            meta = db.table(layout.META, cache_size=0).get(doc_id=1)
+            version = meta["schema_version"] if meta is not None else None
+            if version is not None and version > layout.LAYOUT:
                 raise MaterializedTableError(
                     f"The catalog store {self.path} was written by a newer mt_magic (schema version "
-                    f"{meta['schema_version']}, this one reads {LAYOUT}).")
-            if meta is not None and meta["schema_version"] == LAYOUT:
-                return
-            for document in db.table(_TABLES, cache_size=0).all():
-                self._records.write(dict(document))
-            db.storage.write({_META: {"1": {"schema_version": LAYOUT}}})
+                    f"{version}, this one reads {layout.LAYOUT}).")
+            if version == layout.LAYOUT:
+                shared = bool(meta.get("shared"))
+            elif version == layout.SHARED_LAYOUT:
+                shared = bool(layout.sharing(self.path))
+                if not shared:
+                    layout.move_beside_into(self.path, self.home)
+            else:
+                shared = False
+                for document in db.table(layout.RECORDS, cache_size=0).all():
+                    self._records.write(dict(document))
+            if version != layout.LAYOUT:
+                new_meta = {"schema_version": layout.LAYOUT, **({"shared": True} if shared else {})}
+                db.storage.write({layout.META: {"1": new_meta}})
         finally:
             db.close()
+        if shared:
+            self._warn_unattributed()
+
+    def _legacy(self) -> RecordFiles | None:
+        """The records folder an earlier layout shared among the stores beside this one, if any."""
+        shared = os.path.isdir(layout.legacy_records_folder(self.path))
+        return RecordFiles(os.path.dirname(self.path), parse=_parsed) if shared else None
+
+    def _warn_unattributed(self) -> None:
+        legacy = self._legacy()
+        names = sorted(table.identifier for _, table in legacy.all()) if legacy else []
+        if names:
+            folder = layout.legacy_records_folder(self.path)
+            self.warnings.append(
+                f"The catalog stores in {os.path.dirname(self.path)} shared one folder of records "
+                f"({folder}), which does not say which store each table belongs to: "
+                f"{', '.join(names)} could not be attributed and stay there. Move each into its store "
+                "with `mt-magic adopt --store <store file> <table> ...`.")
+
+    def adopt(self, names: list[str]) -> list[str]:
+        """Records left unattributed in the shared folder of an earlier layout, moved into this store
+        (with their history). A name matches an identifier's last parts. Returns the identifiers moved."""
+        legacy = self._legacy()
+        found = {table.identifier for _, table in legacy.all()} if legacy else set()
+        moved = []
+        for name in names:
+            matches = sorted(i for i in found if f".{i}".endswith(f".{name}"))
+            if len(matches) != 1:
+                raise MaterializedTableError(
+                    f"{name}: {'no' if not matches else 'more than one'} unattributed table of that name "
+                    f"in {layout.legacy_records_folder(self.path)}"
+                    f"{'' if not matches else ' (' + ', '.join(matches) + ')'}.")
+            identifier = matches[0]
+            assert legacy is not None
+            with self._records.locked(identifier), legacy.locked(identifier):
+                if self._records.read(identifier) is not None:
+                    raise MaterializedTableError(f"{identifier}: this store has a table of that name already.")
+                self._records.write(legacy.read(identifier))
+                legacy.remove(identifier)
+            history = history_file_name(identifier)
+            old_history = os.path.join(os.path.dirname(self.path), HISTORY_DIR, history)
+            if os.path.exists(old_history):
+                os.makedirs(os.path.join(self.home, HISTORY_DIR), exist_ok=True)
+                layout.merge_file(old_history, os.path.join(self.home, HISTORY_DIR, history))
+            found.discard(identifier)
+            moved.append(identifier)
+        return moved
 
     def table_lock(self, identifier: str) -> FileLock:
         """One table's lock beside the store: one refresh or publish of a table at a time, whichever
@@ -119,10 +175,14 @@ def _check_ours(path: str) -> None:
         reason = error.strerror if isinstance(error, OSError) else "it is not JSON"
         raise MaterializedTableError(f"The catalog store {path} cannot be read ({reason}); it was left as "
                                      "it is.") from None
-    if document is not None and not (isinstance(document, dict) and _META in document
-                                     and set(document) <= {_META, _TABLES}):
+    if document is not None and not (isinstance(document, dict) and layout.META in document
+                                     and set(document) <= {layout.META, layout.RECORDS}):
         raise MaterializedTableError(f"{path} is not an mt_magic catalog store; it was left as it is. Name "
                                      "a new file or the catalog.json of an existing store.")
+
+
+def _parsed(document: dict) -> tuple[bool, MaterializedTable]:
+    return bool(document.get(_DROPPING)), MaterializedTable.from_document(_strip(document))
 
 
 def _strip(doc: dict) -> dict:

@@ -14,6 +14,7 @@ from mt_magic import config as cfg
 from mt_magic.catalog.model import ACTIVATED, SUSPENDED, MaterializedTable
 from mt_magic.errors import MaterializedTableError, TableNotFoundError
 from mt_magic.manager.workspace import Workspace
+from mt_magic.spark.catalog import TableLookup, lookup_table
 from mt_magic.spark.errors import SPARK_ERRORS, error_text
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,12 @@ class FailureRule:
             try:
                 return attempt()
             except (MaterializedTableError, *SPARK_ERRORS) as error:
+                gone = self._gone_sources(identifier, error)
+                if gone:
+                    self.suspend(identifier, f"its source {', '.join(gone)} does not exist (dropped, or not "
+                                             "in this application's catalog); the last refresh: "
+                                             f"{error_text(error)}", on_suspend)
+                    raise
                 if isinstance(error, TableNotFoundError) or number == retries:
                     self.failed(identifier, "failed refreshes", error_text(error), on_suspend)
                     raise
@@ -61,12 +68,25 @@ class FailureRule:
         failures = table.consecutive_failures
         if failures < int(self.ws.options.get(cfg.MAX_CONSECUTIVE_FAILURES)):
             return table
-        reason = f"{failures} consecutive {what}; the last: {message}"
+        self.suspend(identifier, f"{failures} consecutive {what}; the last: {message}", on_suspend, suspended)
+        return None
+
+    def suspend(self, identifier: str, reason: str, on_suspend: Callable[[], None],
+                suspended: Change = _unchanged) -> None:
         log.warning("Suspended %s: %s", identifier, reason)
         on_suspend()
         self.ws.store.update(identifier, lambda t: suspended(t).evolve(refresh_status=SUSPENDED,
                                                                       suspend_reason=reason))
-        return None
+
+    def _gone_sources(self, identifier: str, error: BaseException) -> list[str]:
+        """The table's sources that do not exist, when its refresh failed for want of one: trying again
+        cannot help, so the table is suspended at once, not after a storm of retries. A source missing
+        only for an instant (a CREATE OR REPLACE between its renames) is back when asked, and retried."""
+        table = self.ws.store.get(identifier)
+        if table is None or "TABLE_OR_VIEW_NOT_FOUND" not in error_text(error):
+            return []
+        return [source for source in table.source_tables
+                if len(parts := source.split(".")) == 3 and lookup_table(self.ws.spark, *parts) is not TableLookup.EXISTS]
 
     def succeeded(self, identifier: str) -> None:
         """A run worked (a streaming job's batch): the count starts again."""

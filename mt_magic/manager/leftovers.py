@@ -1,5 +1,5 @@
 """What killed processes left behind, cleared by a new owner of the store before anything else runs:
-half-done CREATE TABLE AS writes, and temporary files of JSON writes beside the store; and folders
+half-done CREATE TABLE AS writes, and temporary files of the store's JSON writes; and folders
 retired by replaced or dropped tables, deleted by the owner once older than the retention."""
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def clear_leftovers(ws: Workspace) -> list[str]:
     home = ws.home()
     remove_stale_temporaries([home] + [os.path.join(home, d) for d in (HISTORY_DIR, PENDING_DIR, MAILBOX_DIR, RECORDS_DIR)],
                              STALE_TEMPORARY_S)
+    remove_stale_temporaries([os.path.dirname(ws.store.path)], STALE_TEMPORARY_S, of=ws.store.path)
     sweep_retired(ws)
     return warnings
 

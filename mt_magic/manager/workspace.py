@@ -84,8 +84,8 @@ class Workspace:
         return self.options.duration(cfg.VERSION_RETENTION).total_seconds()
 
     def home(self) -> str:
-        """The folder beside the catalog store: default data, checkpoints and savepoints live there."""
-        return self.store.path.rsplit("/", 1)[0]
+        """The catalog store's own folder: default data, checkpoints and savepoints live there."""
+        return self.store.home
 
     # ------------------------------------------------------------ shared
     def lock(self, identifier: str):

@@ -16,6 +16,8 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
+
 
 def is_connect(spark: Any) -> bool:
     """A Spark Connect session: no JVM in this process, everything goes over gRPC."""
@@ -137,8 +139,9 @@ def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connec
     Its Python workers (UDFs, a Connect client's foreachBatch) run this interpreter unless
     PYSPARK_PYTHON says otherwise: a kernel in a virtual environment needs no setting. A `local`
     session (a notebook's, the demo's, the tests') sends the JVM's own output to `spark_log_path()`
-    instead of this process's stdout and stderr, which a notebook shows in whatever cell runs, and
-    registers again the managed tables a previous run left in its warehouse (spark/warehouse.py)."""
+    instead of this process's stdout and stderr, which a notebook shows in whatever cell runs. A new
+    application on Spark's in-memory catalog (a notebook's, a service's) registers again the managed
+    tables a previous run left in its warehouse (spark/warehouse.py): its sources are there again."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = dict(conf)
@@ -154,9 +157,13 @@ def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connec
         _launch_quietly(settings)
     spark = builder.getOrCreate()
     # Only a new application has a catalog that forgot (a second call returns the same session).
-    if local and started and spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory":
+    if started and spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory":
         from mt_magic.spark.warehouse import adopt_leftover_tables
-        adopt_leftover_tables(spark)      # what the previous run's catalog forgot (a notebook restart)
+        adopted = adopt_leftover_tables(spark)   # what the previous run's catalog forgot (a restart)
+        if adopted:
+            log.info("Registered again the %d tables the warehouse %s kept (Spark's in-memory catalog "
+                     "forgot them): %s", len(adopted), spark.conf.get("spark.sql.warehouse.dir"),
+                     ", ".join(adopted))
     spark.sparkContext.setLogLevel("ERROR")
     loggers = ["SQLQueryContextLogger"]
     if connect_port is not None:
@@ -262,13 +269,33 @@ def _quiet(jvm: Any, logger: str) -> None:
 _QUERY_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
-def silence_client_logs() -> None:
-    """PySpark logs every failed query as JSON on stderr, py4j its bridge: in a notebook such lines
-    land in whatever cell runs, and mt_magic reports the user's errors itself."""
+def keep_query_errors_in_spark_log() -> None:
+    """PySpark logs every failed query as JSON, with Java's whole stack, on stderr, once per error it
+    converts: an error mt_magic reports itself (raised, in the history, in a service's log line) would
+    show twice and in Java's words. Those records go to this process's Spark log (`spark_log_path()`),
+    beside the JVM's own lines, in scripts, services and notebooks alike."""
     from pyspark.logger import PySparkLogger
-    logging.getLogger("py4j").addHandler(_NULL_HANDLER)
     for name in _QUERY_ERROR_LOGGERS:
-        PySparkLogger.getLogger(name).disabled = True
+        logger = PySparkLogger.getLogger(name)
+        if any(getattr(h, "mt_magic", False) for h in logger.handlers):
+            continue
+        for handler in list(logger.handlers):
+            if type(handler) is logging.StreamHandler:      # PySpark's own, to stderr
+                logger.removeHandler(handler)
+                _MOVED_HANDLERS.append((logger, handler))
+        to_file = logging.FileHandler(spark_log_path(), delay=True)
+        to_file.mt_magic = True         # type: ignore[attr-defined]
+        logger.addHandler(to_file)
+
+
+_MOVED_HANDLERS: list[tuple[logging.Logger, logging.Handler]] = []
+
+
+def silence_client_logs() -> None:
+    """In a notebook no library line may land in whatever cell runs: py4j's bridge says nothing, and
+    PySpark's records of failed queries go to the Spark log."""
+    logging.getLogger("py4j").addHandler(_NULL_HANDLER)
+    keep_query_errors_in_spark_log()
 
 
 def quiet_library_logs() -> None:
@@ -283,4 +310,10 @@ _NULL_HANDLER = logging.NullHandler()
 def restore_client_logs() -> None:
     logging.getLogger("py4j").removeHandler(_NULL_HANDLER)
     for name in _QUERY_ERROR_LOGGERS:
-        logging.getLogger(name).disabled = False
+        logger = logging.getLogger(name)
+        for handler in [h for h in logger.handlers if getattr(h, "mt_magic", False)]:
+            logger.removeHandler(handler)
+            handler.close()
+    while _MOVED_HANDLERS:
+        logger, handler = _MOVED_HANDLERS.pop()
+        logger.addHandler(handler)
