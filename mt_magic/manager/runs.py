@@ -17,8 +17,8 @@ from mt_magic.catalog.model import MaterializedTable, Outcome, RefreshOutcome, n
 from mt_magic.errors import ExecutionError, MaterializedTableError, TableNotFoundError, ValidationError
 from mt_magic.manager.failures import cleared
 from mt_magic.manager.workspace import Workspace
-from mt_magic.incremental.rules import Recompute
-from mt_magic.refresh.changes import Change, SourceChange, SourceDelta, Snapshots, compare, deltas, volatile
+from mt_magic.refresh.changes import (Change, Snapshot, SourceChange, SourceDelta, Snapshots, compare, deltas,
+                                      volatile)
 from mt_magic.refresh.full import run_refresh
 from mt_magic.refresh.choice import Choice, Chooser
 from mt_magic.refresh.incremental import Maintained, Maintainer
@@ -31,6 +31,11 @@ from mt_magic.storage.versions import Target
 from mt_magic.sql.freshness import IntervalFreshness
 
 log = logging.getLogger(__name__)
+READ_ATTEMPTS = 3           # reads of sources that kept changing under a refresh, before it fails
+
+
+class _Moved(Exception):
+    """A source changed while a refresh read it: what it wrote is of no state the source had."""
 
 
 class Runs:
@@ -73,9 +78,8 @@ class Runs:
                 if is_connect(self.ws.spark) and self.snapshots.looks_up(current) else None
             whole = not spec and trigger is not Trigger.BACKFILL
             preparing = alongside(self.ws.spark, self.chooser.prepare, current) if whole else None
-            # Taken before the refresh reads: a change while it runs shows at the next comparison.
-            snapshot, files = spark_call(lambda: self.snapshots.take(current),
-                                         f"Reading the sources of {identifier}")
+            # Taken before the refresh reads, of sources no job is writing into.
+            snapshot, files = self._steady_snapshot(current)
             comparison = compare(current.source_snapshot, snapshot, bool(volatile(current)))
             target = Target(spec)
             if only_changed and comparison.change is Change.NONE:
@@ -94,8 +98,6 @@ class Runs:
                 preparing.result()
             choice = self.chooser.choose(current, changes, manifest, rebuild=comparison.change is Change.NONE
                                             and not only_changed) if whole else None
-            if comparison.change is not Change.NONE:
-                self.snapshots.forget(current)      # a changed source may have moved: asked again next time
             if choice is None or not choice.incremental:
                 if only_changed and not spec and comparison.change is Change.PARTITIONS:
                     target = Target(key=comparison.key, values=comparison.values)
@@ -104,7 +106,10 @@ class Runs:
             reason = choice.reason if choice and technique is not Technique.INCREMENTAL else None
             self.running.add(identifier)
             try:
-                maintained = self._run(current, target, choice, changes, manifest, dynamic, listings)
+                maintained, read = self._run(current, target, choice, changes, manifest, dynamic, listings,
+                                             snapshot)
+                if read is not None:      # the sources changed while it read: it read them again
+                    snapshot, files = read
             except BaseException as error:
                 message = error_text(error)
                 outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.FAILED, None,
@@ -117,13 +122,16 @@ class Runs:
                 raise
             finally:
                 self.running.discard(identifier)
+                if comparison.change is not Change.NONE:
+                    self.snapshots.forget(current)  # a changed source may have moved: asked again next time
             result = maintained.result
             outcome = RefreshOutcome(started_at, result.duration_s, Outcome.SUCCEEDED, result.rows,
                                      target.describe(), schedule_time)
-            # The table matches the sources after a refresh of all it could have changed in, when
-            # what it read is what the snapshot listed.
-            matched = snapshot if (target.whole or target.key or comparison.change is Change.NONE) and \
-                self._read_as_listed(current, choice, snapshot) else {}
+            # The table matches the sources after a refresh of all it could have changed in (what it
+            # read is what the snapshot listed: the files themselves, or a steady state); a partial one
+            # whose sources changed as it read may not have rewritten every partition that changed.
+            matched = snapshot if target.whole or read is None and (
+                target.key or comparison.change is Change.NONE) else {}
             if matched:         # the files behind the snapshot, beside the data, before the record names it
                 self.manifests.write(root, matched, maintained.manifest(files))
             updated = self.ws.store.update(identifier, lambda t: cleared(t.with_refresh(
@@ -137,24 +145,51 @@ class Runs:
 
     def _run(self, table: MaterializedTable, target: Target, choice: Choice | None,
              changes: dict[str, SourceDelta], manifest: Manifest | None, dynamic: dict[str, str],
-             listings: Future | None) -> Maintained:
-        """The refresh itself, by the technique chosen."""
+             listings: Future | None, snapshot: Snapshot) -> tuple[Maintained, tuple[Snapshot, dict] | None]:
+        """The refresh itself, by the technique chosen; with the snapshot of what it read where that
+        is not `snapshot` (it read again)."""
         if choice is not None and choice.incremental:
             if listings is not None:
                 listings.result()
-            return self.maintainer.maintain(table, choice.rule, changes, choice.readings, manifest)
+            return self.maintainer.maintain(table, choice.rule, changes, choice.readings, manifest), None
         if choice is not None and choice.keeps_state and target.whole:
             if listings is not None:
                 listings.result()
-            return self.maintainer.recompute(table, choice.rule, changes, choice.readings)
-        return Maintained(run_refresh(self.ws.spark, self.ws.storage, table, target, dynamic, listings))
+            return self.maintainer.recompute(table, choice.rule, changes, choice.readings), None
+        read = None
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            # Spark lists the sources' files itself as it plans: what it read is what the snapshot
+            # lists only if the sources held still meanwhile; else nothing is published, and it reads again.
+            try:
+                result = run_refresh(self.ws.spark, self.ws.storage, table, target, dynamic, listings,
+                                     verify=lambda: self._held_still(table, snapshot))
+                return Maintained(result), read
+            except _Moved as moved:
+                if attempt == READ_ATTEMPTS:
+                    raise ExecutionError(f"The sources of {table.identifier} changed while the refresh read "
+                                         f"them, {READ_ATTEMPTS} times ({moved}); nothing was published.") from None
+                log.info("The sources of %s changed while the refresh read them (%s): reading again",
+                         table.identifier, moved)
+                listings = None
+                read = self._steady_snapshot(table)
+                snapshot = read[0]
+        raise AssertionError("unreachable")
 
-    def _read_as_listed(self, table: MaterializedTable, choice: Choice | None, snapshot: dict) -> bool:
-        """A refresh that read the sources' tables (not their listed files) read what the snapshot
-        lists only if nothing changed while it ran: for a table maintained incrementally, asked again."""
-        if choice is None or choice.incremental or choice.keeps_state or isinstance(choice.rule, Recompute):
-            return True
-        return self.snapshots.take(table)[0] == snapshot
+    def _steady_snapshot(self, table: MaterializedTable) -> tuple[Snapshot, dict]:
+        """The sources' snapshot, taken when no Spark job is writing into them: an overwrite deletes
+        the old files before its job commits the new ones, a state no reader of the source has."""
+        def take() -> tuple[Snapshot, dict]:
+            return spark_call(lambda: self.snapshots.take(table), f"Reading the sources of {table.identifier}")
+        taken = take()      # first: it learns where the sources live
+        return take() if self.snapshots.await_writes(table.source_tables) else taken
+
+    def _held_still(self, table: MaterializedTable, snapshot: Snapshot) -> None:
+        """Raises _Moved when a source changed since `snapshot`, or a job writes into one now."""
+        writing = self.snapshots.writing(table)
+        now, _ = self.snapshots.take(table)
+        changed = writing or [source for source in snapshot if now.get(source) != snapshot[source]]
+        if changed:
+            raise _Moved(", ".join(changed))
 
     def record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome, technique: Technique,
                sources: dict[str, str] | None = None, reason: str | None = None,

@@ -74,12 +74,16 @@ class Streams:
         trigger = trigger_seconds(self.ws, table)
         location = checkpoint if checkpoint and not fresh else self.new_checkpoint(table)
         streamed = [s for s in table.source_tables if s.lower() not in self._static(table)]
-        # The files the stream starts from: a later listing missing one of them is not an append.
+        # The files the stream starts from, of sources no job is writing into: a later listing
+        # missing one of them is not an append.
+        self.snapshots.await_writes(streamed)
         self._streamed[table.identifier] = {s: self.snapshots.listing(s) for s in streamed}
         partitions = int(self.ws.options.get(cfg.CONTINUOUS_SHUFFLE_PARTITIONS) or
                          default_parallelism(self.ws.spark))
+        sources = {source: (self.snapshots.folders(source) or [], listing or {})
+                   for source, listing in self._streamed[table.identifier].items()}
         handler = spark_call(lambda: self.jobs.start(table, streaming, location, fresh, trigger,
-                                                     dynamic_options, partitions),
+                                                     dynamic_options, partitions, sources),
                              f"Starting the continuous refresh job of {table.identifier}")
         self.scheduler.every(_watch_id(table.identifier), max(trigger, 1.0),
                              lambda: self._watch(table.identifier))
@@ -97,20 +101,35 @@ class Streams:
     def _watch(self, identifier: str) -> None:
         """A file stream sees only new files: a streamed source that lost or rewrote one (overwrite,
         delete, compaction) makes the table recomputed from its sources and streamed afresh."""
+        if self.jobs.is_running(identifier) and self._rewritten(identifier):
+            self._afresh(identifier)
+
+    def _rewritten(self, identifier: str) -> list[str]:
+        """The streamed sources that lost or rewrote files since the stream last looked."""
         try:
             known = self._streamed.get(identifier)
-            table = self.ws.store.get(identifier)
-            if known is None or table is None or not self.jobs.is_running(identifier):
-                return
+            if known is None:
+                return []
             now = {source: self.snapshots.listing(source) for source in known}
-            rewritten = [s for s, files in known.items() if files is not None and now[s] is not None
-                         and any(now[s].get(path) != facts for path, facts in files.items())]
-            if not rewritten:
-                self._streamed[identifier] = now
-                return
+        except (MaterializedTableError, *SPARK_ERRORS) as error:
+            log.warning("Watching the streamed sources of %s: %s", identifier, spark_message(error))
+            return []
+        rewritten = [s for s, files in known.items() if files is not None and now[s] is not None
+                     and any(now[s].get(path) != facts for path, facts in files.items())]
+        if rewritten:
             log.info("A streamed source of %s lost or rewrote files (%s): recomputing from the sources",
                      identifier, ", ".join(rewritten))
+        else:
+            self._streamed[identifier] = now
+        return rewritten
+
+    def _afresh(self, identifier: str) -> None:
+        """The table recomputed from its sources, and its stream started on a new checkpoint."""
+        try:
             self.stop(identifier)
+            table = self.ws.store.get(identifier)
+            if table is None or table.refresh_status != ACTIVATED:
+                return
             try:        # the answer now; the fresh stream's first batch reads every file again anyway
                 table = self._recompute(table)
             except (MaterializedTableError, *SPARK_ERRORS) as error:
@@ -119,7 +138,7 @@ class Streams:
             handler = self.start(table, fresh=True, dynamic_options=table.dynamic_options)
             self.ws.store.update(identifier, lambda t: t.evolve(refresh_handler=handler))
         except (MaterializedTableError, *SPARK_ERRORS) as error:
-            log.warning("Watching the streamed sources of %s: %s", identifier, spark_message(error))
+            log.warning("Streaming %s afresh: %s", identifier, spark_message(error))
 
     def stop(self, identifier: str) -> None:
         self.scheduler.remove(_watch_id(identifier))
@@ -169,8 +188,15 @@ class Streams:
     def failed(self, identifier: str, message: str) -> None:
         """Called from Spark's listener thread: count the failure, then restart from the checkpoint
         with backoff, or, at `max-consecutive-failures` in a row, suspend the table with the reason
-        (never ACTIVATED without a job; RESUME continues from the checkpoint)."""
+        (never ACTIVATED without a job; RESUME continues from the checkpoint). A failure after a
+        streamed source lost files is no failure of the job: the stream starts afresh."""
         log.warning("Continuous refresh job of %s failed: %s", identifier, message)
+        if self._rewritten(identifier):     # a batch failed for files a rewrite deleted: no restart
+            self.scheduler.run_once(f"restart:{identifier}", 0, lambda: self._afresh(identifier))
+            return
+        self._count_failure(identifier, message)
+
+    def _count_failure(self, identifier: str, message: str) -> None:
         table = self.failures.failed(
             identifier, "failures of the continuous refresh job", message, on_suspend=lambda: self.stop(identifier),
             noted=lambda t: _with_job(t, failure=message, failed_at=now_iso()),

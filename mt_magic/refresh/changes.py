@@ -29,7 +29,7 @@ from mt_magic.errors import MaterializedTableError
 from mt_magic.spark.analysis import QueryAnalyzer
 from mt_magic.spark.catalog import TableFacts, table_facts, tables_facts
 from mt_magic.spark.commands import alongside
-from mt_magic.spark.files import Files, Listing
+from mt_magic.spark.files import WRITE_WAIT_S, Files, Listing
 from mt_magic.storage.linked import version_relative
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.sql.volatile import volatile_calls
@@ -238,6 +238,27 @@ class Snapshots:
         for location in locations:
             listing.update(self.files.listing(location))
         return listing
+
+    def writing(self, table: MaterializedTable) -> list[str]:
+        """The sources a Spark job is writing into now (a materialized source publishes atomically)."""
+        return [source for source in self._plain(table.source_tables)
+                if any(map(self.files.writing, self.folders(source) or []))]
+
+    def await_writes(self, sources: Sequence[str]) -> bool:
+        """Wait while a Spark job writes into one of the sources (see Files.await_writes); True when
+        it waited, so that what was listed before is of no use."""
+        folders = [folder for source in self._plain(sources) for folder in self.folders(source) or []]
+        return bool(self.files.await_writes(folders, WRITE_WAIT_S))
+
+    def _plain(self, sources: Sequence[str]) -> list[str]:
+        return [source for source in sources if self.store.get(source) is None]
+
+    def folders(self, source: str) -> list[str] | None:
+        """Where a source's files are (None: its state cannot be told from files)."""
+        try:
+            return self._locations(source, None)
+        except MaterializedTableError:
+            return None
 
     def looks_up(self, table: MaterializedTable) -> bool:
         """The next snapshot asks Spark's catalog where a source lives (a round trip each)."""

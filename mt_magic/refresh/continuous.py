@@ -1,13 +1,8 @@
 """CONTINUOUS mode: one Spark Structured Streaming query per materialized table.
 
-Each micro-batch is committed in one atomic step keyed by its batch id, so a batch that is re-run
-after a crash changes nothing twice:
-- aggregating queries run in complete mode: every batch is the whole result, written to a new
-  version folder and published like a FULL refresh;
-- other queries run in append mode: a batch is written to a hidden folder and renamed to
-  `b-<batch id>` inside the run's version folder (a rename is atomic; an existing `b-<id>` means the
-  batch was committed before). A fresh run starts a new version folder, published at its first batch.
-The checkpoint is Spark's; it plays Flink's savepoint on SUSPEND.
+Aggregating queries run in complete mode, others in append mode; each micro-batch is committed in
+one atomic step keyed by its batch id (refresh/sink.py). A fresh run starts a new version folder,
+published at its first batch. The checkpoint is Spark's; it plays Flink's savepoint on SUSPEND.
 """
 
 from __future__ import annotations
@@ -16,7 +11,6 @@ import json
 import logging
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,10 +22,10 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from mt_magic.catalog.handlers import JobHandler
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.catalog.store import CatalogStore
-from mt_magic.errors import ValidationError
-from mt_magic.refresh.full import shape
-from mt_magic.storage.formats import data_source_options, folder_writer
-from mt_magic.storage.versions import Target, TableStorage
+from mt_magic.errors import StateError, ValidationError
+from mt_magic.refresh.sink import APPEND, COMPLETE, BatchSink
+from mt_magic.spark.files import Listing
+from mt_magic.storage.versions import TableStorage
 from mt_magic.spark.catalog import forget_listing
 from mt_magic.spark.errors import SPARK_ERRORS, error_sentence, spark_message
 from mt_magic.spark.session import session_conf, session_info
@@ -39,8 +33,7 @@ from mt_magic.spark.streaming import add_listener, unsupported_reason
 
 log = logging.getLogger(__name__)
 
-APPEND, COMPLETE = "append", "complete"
-BATCH_PREFIX = "b-"
+STOP_WAIT_S = 10.0          # how long a stop waits for the batch in flight to finish
 
 
 def job_name(table: MaterializedTable) -> str:
@@ -102,13 +95,17 @@ class ContinuousJobs:
         self._on_batch = on_batch
         self._jobs: dict[str, Job] = {}
         self._lock = threading.RLock()
+        self._closed = False        # a closed gateway's jobs: none starts (a restart scheduled before)
 
     # ------------------------------------------------------------ lifecycle
     def start(self, table: MaterializedTable, streaming_query: str, checkpoint: str, fresh: bool,
-              trigger_s: float, dynamic_options: dict[str, str], shuffle_partitions: int) -> JobHandler:
+              trigger_s: float, dynamic_options: dict[str, str], shuffle_partitions: int,
+              streamed: dict[str, tuple[list[str], Listing]]) -> JobHandler:
         """Start the table's query; `fresh` starts over on a new version, else continue the checkpoint.
         The job has its own shuffle partitions whatever the user's session says (a new checkpoint
-        keeps them; Spark fixes a stateful stream's partitions when its checkpoint is created)."""
+        keeps them; Spark fixes a stateful stream's partitions when its checkpoint is created).
+        `streamed`: each streamed source's folders and the files the stream starts from, which every
+        batch checks before it commits."""
         _Listener.follow(self.spark, self)      # from the first job on: a gateway without jobs has none
         frame = self.spark.sql(streaming_query)
         mode, reason = output_mode(self.spark, frame, table)
@@ -117,14 +114,18 @@ class ContinuousJobs:
         run_version = self._run_version(table, fresh)
         if fresh:
             self.storage.files.delete(checkpoint)
-        sink = _Sink(self.store.path, table.identifier, mode, run_version, dict(dynamic_options),
-                     self._retention_s())
+        sink = BatchSink(self.store.path, table.identifier, mode, run_version, dict(dynamic_options),
+                     self._retention_s(), {s: folders for s, (folders, _) in streamed.items()},
+                     {s: listing for s, (_, listing) in streamed.items()})
         writer = (frame.writeStream.queryName(job_name(table)).outputMode(mode)
                   .option("checkpointLocation", checkpoint)
                   .trigger(processingTime=f"{max(trigger_s, 0.1)} seconds")
                   .foreachBatch(sink))
         info = session_info(self.spark)
         with self._lock:
+            if self._closed:
+                raise StateError(f"The continuous refresh job of {table.identifier} was not started: its "
+                                 "gateway is closed.")
             try:
                 # An idle job says so at every trigger: the dashboard knows the table is up to date.
                 with session_conf(self.spark, {"spark.sql.shuffle.partitions": str(shuffle_partitions),
@@ -154,6 +155,7 @@ class ContinuousJobs:
             return
         job.stopping = True
         try:
+            _between_batches(job.query)
             job.query.stop()
             log.info("Continuous refresh job of %s stopped", identifier)
         except SPARK_ERRORS as error:
@@ -162,6 +164,9 @@ class ContinuousJobs:
     def stop_all(self, listening: bool = False) -> None:
         """Every job stopped at a checkpoint; `listening` keeps following the session's queries (a
         gateway that may own the store again later)."""
+        if not listening:
+            with self._lock:
+                self._closed = True
         for identifier in list(self._jobs):
             self.stop(identifier)
         if not listening:
@@ -215,53 +220,17 @@ class ContinuousJobs:
         self._on_failure(job.table_id, error_sentence(exception or "The streaming job stopped."))
 
 
-@dataclass
-class _Sink:
-    """foreachBatch: one atomic commit per batch id (see the module docstring).
-
-    It holds plain values only: over Spark Connect it is pickled and runs in the server's Python
-    worker, where it opens the catalog store itself and works through the batch's own session. The
-    table's lock is the store's cross-process one, so a batch never publishes beside a refresh.
-    """
-
-    store_path: str
-    identifier: str
-    mode: str
-    run_version: str
-    dynamic_options: dict[str, str]
-    retention_s: float
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        store = CatalogStore(self.store_path)
-        with store.table_lock(self.identifier):
-            self._commit(store, TableStorage(batch.sparkSession), batch, batch_id)
-
-    def _commit(self, store: CatalogStore, storage: TableStorage, batch: DataFrame, batch_id: int) -> None:
-        table = store.get(self.identifier)
-        if table is None:
-            return                                    # dropped while the batch ran
-        frame = shape(batch, table.columns, table.identifier)
-        options = data_source_options({**table.options, **self.dynamic_options})
-        if self.mode == COMPLETE:
-            target = storage.new_version(table)
-            folder_writer(frame, table.storage.format, options, table.partition_keys).save(target)
-            self._publish(store, storage, table, target)
-            storage.written(target)
+def _between_batches(query: StreamingQuery) -> None:
+    """Wait (a while) until no batch runs: stopping interrupts the stream's thread, and a batch in its
+    write would be aborted half-way (Spark logs the abort and the interrupted thread's errors)."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            if not query.isActive or not query.status.get("isTriggerActive"):
+                return
+        except SPARK_ERRORS:
             return
-        final = f"{self.run_version}/{BATCH_PREFIX}{batch_id:012d}"
-        if not storage.files.exists(final):
-            staged = f"{self.run_version}/_staged-{batch_id}-{uuid.uuid4().hex[:8]}"
-            folder_writer(frame, table.storage.format, options, table.partition_keys).save(staged)
-            storage.files.rename(staged, final)
-        if table.storage.location.rstrip("/") != self.run_version.rstrip("/"):
-            self._publish(store, storage, table, self.run_version)
-
-    def _publish(self, store: CatalogStore, storage: TableStorage, table: MaterializedTable,
-                 version: str) -> None:
-        storage.files.mkdirs(version)
-        published = storage.publish(table, version, Target())
-        updated = store.update(self.identifier, lambda t: t.evolve(storage=published))
-        storage.sweep(updated, self.retention_s, just_published=True)
+        time.sleep(0.05)
 
 
 class _Listener(StreamingQueryListener):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from concurrent.futures import Future
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,9 +86,11 @@ def refresh_frame(spark: Any, table: MaterializedTable, target: Target) -> DataF
 
 
 def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable, target: Target,
-                dynamic_options: dict[str, str] | None = None, listings: Future | None = None) -> RefreshResult:
+                dynamic_options: dict[str, str] | None = None, listings: Future | None = None,
+                verify: Callable[[], None] | None = None) -> RefreshResult:
     """Write a new version from the current source data and publish it; the old stays on failure.
-    `listings`: the sources' cached listings are being forgotten already (wait for it)."""
+    `listings`: the sources' cached listings are being forgotten already (wait for it). `verify`,
+    after the write and before the publish, raises when what was read must not be published."""
     started = time.monotonic()
     group = job_group(table)
     described = ", ".join(f"{k}={v}" for k, v in target.describe().items())
@@ -105,6 +107,8 @@ def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable, tar
         try:
             spark_call(lambda: writer.save(version), f"Refreshing {table.identifier}")
             storage.files.mkdirs(version)   # an empty result may leave no folder at all
+            if verify is not None:
+                verify()
             published = storage.publish(table, version, target)
         except BaseException:
             # The refresh's own error is what counts; a version left here goes by the next sweep.

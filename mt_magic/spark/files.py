@@ -81,6 +81,25 @@ class Files:
     def is_empty_dir(self, path: str) -> bool:
         return not [e for e in self.list(path) if not e.name.startswith((".", "_"))]
 
+    def writing(self, path: str) -> bool:
+        """A Spark job writes into the table folder now: its committer's staging folder is there (made
+        less than WRITE_STALE_S ago: an older one is a killed job's). An overwrite deletes the old
+        files before its job commits the new ones, so a listing meanwhile is a state no reader of the
+        finished write ever sees."""
+        return any((e.name == "_temporary" or e.name.startswith(_WRITE_STAGING))
+                   and (self.age(e.path) or 0.0) < WRITE_STALE_S for e in self.list(path))
+
+    def await_writes(self, folders: list[str], timeout_s: float) -> list[str]:
+        """Wait until no Spark job writes into these folders, at most `timeout_s` (a killed writer's
+        leftovers are the state its readers see too); the folders that were being written."""
+        deadline, waited = time.monotonic() + timeout_s, []
+        while True:
+            writing = [folder for folder in folders if self.writing(folder)]
+            waited += [folder for folder in writing if folder not in waited]
+            if not writing or time.monotonic() >= deadline:
+                return waited
+            time.sleep(_WRITE_POLL_S)
+
 
 def files_for(spark: Any) -> Files:
     return LocalFiles() if is_connect(spark) else HadoopFiles(spark)
@@ -216,6 +235,12 @@ def _local_path(location: str) -> str:
         start = rest.find("/", 2)
         rest = rest[start:] if start >= 0 else "/"
     return rest
+
+
+_WRITE_STAGING = (".spark-staging-", ".hive-staging")
+_WRITE_POLL_S = 0.1
+WRITE_WAIT_S = 60.0         # how long a reader of a source waits for a job writing into it
+WRITE_STALE_S = 600.0       # a staging folder this old is what a killed job left
 
 
 def _hidden(relative: str) -> bool:
