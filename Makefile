@@ -44,6 +44,7 @@ test: setup chromium $(BROWSER)/node_modules/.package-lock.json
 
 benchmark: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/full_refresh.py
+	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/rewrite_refresh.py
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/continuous_lag.py
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/notebook_overhead.py
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/connect_modes.py

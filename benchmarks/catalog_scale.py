@@ -5,11 +5,11 @@
 Creates N FULL tables (FRESHNESS 1 HOUR, one small source, first refresh on schedule) and prints:
 CREATE of the first and the last 10 (target: last ≤ 1.2× first) and its overhead beyond Spark's own
 analysis + CREATE TABLE of the same query (target ≤ 20 ms); a store write (SUSPEND / RESUME of one table,
-median; ≤ 20 ms); SHOW MATERIALIZED TABLES (≤ 50 ms); the status of all tables (≤ 200 ms); opening a new
-Gateway on the store in the same session, where Spark's catalog knows the tables (≤ 2 s); and in a new
+median; ≤ 20 ms); SHOW MATERIALIZED TABLES (≤ 50 ms; in a new owner process and in a client too, their
+first SHOW included); the status of all tables (≤ 200 ms); opening a new Gateway on the store in the same session, where Spark's catalog knows the tables (≤ 2 s); and in a new
 process, where every table must be registered: until its first statement has run (≤ 2 s) and until every
-table is registered (≤ 8 s), beside plain Spark creating the same tables one by one in a new process (the
-JVM's own cost, most of it warming up); and a client in a new process, with a catalog of its own, while
+table is registered (≤ 8 s, or ≤ 1.2× the floor where the floor lies above: plain Spark creating the same
+tables one by one in a new process, the JVM's own cost, most of it warming up); and a client in a new process, with a catalog of its own, while
 another process owns the store: until its first statement has run (≤ 2 s) and until every table is back.
 Exits non-zero when a target is missed.
 """
@@ -49,8 +49,15 @@ assert result.columns == ["k", "c"]
 assert gateway.restored(300)
 registered = time.perf_counter() - start
 assert spark.sql("SHOW TABLES").count() == tables       # what was timed did put every table back
+shows = []
+for _ in range(10):
+    started = time.perf_counter()
+    (listed,) = gateway.execute("SHOW MATERIALIZED TABLES")
+    shows.append(time.perf_counter() - started)
+assert len(listed.rows) == tables - owner            # the owner's catalog also holds the source
 gateway.close()
-print(json.dumps({"opened": opened, "first": first, "registered": registered}))
+print(json.dumps({"opened": opened, "first": first, "registered": registered, "show_first": shows[0],
+                  "show": sorted(shows)[len(shows) // 2]}))
 """ % (CONFIG,)
 
 # A client: another process owns the store (its own session; it prints a line once restored and holds
@@ -143,16 +150,23 @@ def main() -> None:
           f"(plain Spark's CREATE TABLE of the same {count} tables, one by one in a new process: {plain:.2f} s)")
     print(f"open as a client in a new process with a catalog of its own: Gateway {client['opened']:.2f} s, "
           f"first statement done at {client['first']:.2f} s, every table back at {client['registered']:.2f} s")
+    print(f"SHOW MATERIALIZED TABLES in a new owner process: first {opened['show_first'] * 1000:.1f} ms, "
+          f"median {opened['show'] * 1000:.1f} ms; in a client: first {client['show_first'] * 1000:.1f} ms, "
+          f"median {client['show'] * 1000:.1f} ms")
 
     exit_on_missed({
         "last-10 CREATE ≤ 1.2× first-10": last <= 1.2 * first,
         "CREATE overhead ≤ 20 ms": last - spark_part <= 0.020,
         "store write ≤ 20 ms": write <= 0.020,
         "SHOW ≤ 50 ms": show <= 0.050,
+        "SHOW ≤ 50 ms in a new owner process, the first too": max(opened["show_first"], opened["show"]) <= 0.050,
+        "SHOW ≤ 50 ms in a client, the first too": max(client["show_first"], client["show"]) <= 0.050,
         "status of all ≤ 200 ms": status <= 0.200,
         "open in the same session ≤ 2 s": same <= 2.0,
         "first statement in a new process ≤ 2 s": opened["first"] <= 2.0,
-        "every table registered in a new process ≤ 8 s": opened["registered"] <= 8.0,
+        # plain Spark's own CREATE TABLE of the same tables is the floor where it lies above 8 s here
+        "every table registered in a new process ≤ 8 s (or ≤ 1.2× plain Spark's)":
+            opened["registered"] <= max(8.0, 1.2 * plain),
         "first statement of a client in a new process ≤ 2 s": client["first"] <= 2.0,
     })
 

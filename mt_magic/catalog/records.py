@@ -24,6 +24,7 @@ from mt_magic.catalog.jsonfile import read_json, write_json
 RECORDS_DIR = "tables"
 _RECORD = "record"          # the one TinyDB table of a record file, holding one document
 _SUFFIX = ".json"
+_UNPARSED = object()        # a document read, not parsed yet
 
 
 class AtomicJSONStorage(Storage):
@@ -70,7 +71,7 @@ class RecordFiles:
         os.makedirs(self.folder, exist_ok=True)
         self._locks = NamedLocks(home, ".record.lock", length=24)
         self._thread_lock = threading.RLock()
-        self._seen: dict[str, tuple[tuple[int, int, int], Any]] = {}    # file → (stat, parsed document)
+        self._seen: dict[str, tuple[tuple[int, int, int], dict | None, Any]] = {}   # file → (stat, document, parsed)
 
     def path(self, identifier: str) -> str:
         return os.path.join(self.folder, _file_name(identifier) + _SUFFIX)
@@ -106,34 +107,53 @@ class RecordFiles:
             pass
 
     def all(self) -> list[Any]:
-        """Every document, parsed; files unchanged since the last call are not read again."""
+        """Every document, parsed; files unchanged since the last call are not read again, and a
+        document is parsed once per version of its file."""
         with self._thread_lock:
-            seen: dict[str, tuple[tuple[int, int, int], Any]] = {}
-            for entry in os.scandir(self.folder):
-                if not entry.name.endswith(_SUFFIX):
-                    continue          # a writer's temporary file
-                try:
-                    stat = entry.stat()
-                except FileNotFoundError:
+            self._scan()
+            found = []
+            for name, (key, document, parsed) in self._seen.items():
+                if document is None:
                     continue
-                key = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
-                known = self._seen.get(entry.name)
-                if known is not None and known[0] == key:
-                    seen[entry.name] = known
-                    continue
-                try:
-                    document = (read_json(entry.path) or {}).get(_RECORD, {}).get("1")
-                except FileNotFoundError:
-                    continue
-                seen[entry.name] = (key, self._parse(document) if document else None)
-            self._seen = seen
-            return [parsed for _, parsed in seen.values() if parsed is not None]
+                if parsed is _UNPARSED:
+                    parsed = self._parse(document)
+                    self._seen[name] = (key, document, parsed)
+                found.append(parsed)
+            return found
+
+    def documents(self) -> list[dict]:
+        """Every document as stored, not parsed: what a listing of names needs."""
+        with self._thread_lock:
+            self._scan()
+            return [document for _, document, _ in self._seen.values() if document is not None]
+
+    def _scan(self) -> None:
+        """Reads the files that changed since the last scan (their inode, size and time say so)."""
+        seen: dict[str, tuple[tuple[int, int, int], dict | None, Any]] = {}
+        for entry in os.scandir(self.folder):
+            if not entry.name.endswith(_SUFFIX):
+                continue          # a writer's temporary file
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:
+                continue
+            key = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            known = self._seen.get(entry.name)
+            if known is not None and known[0] == key:
+                seen[entry.name] = known
+                continue
+            try:
+                document = (read_json(entry.path) or {}).get(_RECORD, {}).get("1")
+            except FileNotFoundError:
+                continue
+            seen[entry.name] = (key, document or None, _UNPARSED)
+        self._seen = seen
 
     def stamp(self) -> int:
         """Changes whenever any record does: how a client notices another process's write."""
         with self._thread_lock:
-            self.all()
-            return hash(tuple(sorted((name, key) for name, (key, _) in self._seen.items())))
+            self._scan()
+            return hash(tuple(sorted((name, key) for name, (key, _, _) in self._seen.items())))
 
     @contextmanager
     def _db(self, path: str) -> Iterator[TinyDB]:

@@ -125,6 +125,11 @@ class CatalogStore:
     def list(self) -> list[MaterializedTable]:
         return self._list(dropping=False)
 
+    def names(self) -> list[tuple[str, str, str]]:
+        """(catalog, database, name) of every table, without parsing the records: what SHOW needs."""
+        return sorted((d["catalog"], d["database"], d["name"]) for d in self._records.documents()
+                      if not d.get(_DROPPING))
+
     def dropping(self) -> list[MaterializedTable]:
         """Records whose DROP has not finished deleting their data (it was killed, or failed)."""
         return self._list(dropping=True)

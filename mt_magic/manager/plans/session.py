@@ -49,7 +49,7 @@ class SessionStatements(Family):
                 raise ValidationError(f"Database '{catalog}'.'{database}' doesn't exist.")
 
         def show() -> Result:
-            names = [t.name for t in self.ws.store.list() if (t.catalog, t.database) == (catalog, database)]
+            names = [n for c, d, n in self.ws.store.names() if (c, d) == (catalog, database)]
             if statement.pattern is not None:
                 regex = re.compile(_like_regex(statement.pattern), re.DOTALL)
                 names = [n for n in names if bool(regex.fullmatch(n)) != statement.negate]
