@@ -1,6 +1,6 @@
 """Who owns a catalog store: the one process that schedules and runs its pipelines.
 
-The lease is a small JSON file beside the store, read and written under its own file lock, so a
+The lease is a small JSON file in the store's folder, read and written under its own file lock, so a
 heartbeat never rewrites the store. The holder renews it every second; it is alive while the
 heartbeat is fresh and, on this host, while its process runs (a SIGKILLed owner is dead at once).
 A service may ask a kernel that owns the store to hand it over.

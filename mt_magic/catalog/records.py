@@ -61,7 +61,7 @@ class NamedLocks:
 
 
 class RecordFiles:
-    """Documents by identifier, each in `tables/<hash>.json` beside the store (a name never becomes a
+    """Documents by identifier, each in `tables/<hash>.json` in the store's folder (a name never becomes a
     path: the file is named by a hash of the identifier, which the document also holds). `parse`
     turns a document into what a listing returns, once per version of the file."""
 

@@ -110,7 +110,7 @@ class CatalogStore:
         return moved
 
     def table_lock(self, identifier: str) -> FileLock:
-        """One table's lock beside the store: one refresh or publish of a table at a time, whichever
+        """One table's lock in the store's folder: one refresh or publish of a table at a time, whichever
         process runs it. Reentrant in the thread that holds it."""
         return self._table_locks.get(identifier)
 

@@ -149,7 +149,7 @@ class Streams:
         return self.ws.options.get(cfg.CHECKPOINT_DIR) or f"{self.ws.home()}/checkpoints"
 
     def savepoint_root(self) -> str:
-        """Unlike Flink, SUSPEND needs no setting: savepoints default to a folder beside the store."""
+        """Unlike Flink, SUSPEND needs no setting: savepoints default to a folder in the store's folder."""
         return self.ws.options.get(cfg.SAVEPOINT_DIR) or f"{self.ws.home()}/savepoints"
 
     def new_checkpoint(self, table: MaterializedTable, root: str | None = None) -> str:

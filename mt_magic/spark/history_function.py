@@ -1,5 +1,5 @@
 """`SELECT * FROM mt_refresh_history('daily_sales')` in Spark SQL: a Python table function that
-reads the refresh history beside the catalog store.
+reads the refresh history in the catalog store's folder.
 
 It runs in a Python worker of the Spark application (over Connect, the server's), which must see the
 store's folder and import mt_magic — as the CONTINUOUS sink must. The name matches a table's

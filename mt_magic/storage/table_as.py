@@ -106,7 +106,7 @@ def table_properties(spark: Any, quoted: str) -> dict[str, str]:
 
 
 def write_table_as(spark: Any, frame: DataFrame, target: TableAsTarget, pending: PendingWrites) -> Result:
-    """The write. `pending` notes it beside the store first, so that what a kill leaves behind is
+    """The write. `pending` notes it in the store's folder first, so that what a kill leaves behind is
     finished or undone by the store's next owner (`recover_table_as`), and takes the replaced version."""
     if target.exists and target.mode == IF_NOT_EXISTS:
         return Result.ok(f"Table {target.identifier} already exists; nothing was written (IF NOT EXISTS).")
