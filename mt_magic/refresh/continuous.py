@@ -115,8 +115,8 @@ class ContinuousJobs:
         if fresh:
             self.storage.files.delete(checkpoint)
         sink = BatchSink(self.store.path, table.identifier, mode, run_version, dict(dynamic_options),
-                     self._retention_s(), {s: folders for s, (folders, _) in streamed.items()},
-                     {s: listing for s, (_, listing) in streamed.items()})
+                         self._retention_s(), {s: folders for s, (folders, _) in streamed.items()},
+                         {s: listing for s, (_, listing) in streamed.items()})
         writer = (frame.writeStream.queryName(job_name(table)).outputMode(mode)
                   .option("checkpointLocation", checkpoint)
                   .trigger(processingTime=f"{max(trigger_s, 0.1)} seconds")
