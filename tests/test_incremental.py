@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, TopN, maintenance
+from mt_magic.spark.session import is_connect
+from mt_magic.storage.compaction import SMALL_FILES_KEPT
 
 SHAPES = {   # name → (query, the plain sources it reads)
     "lin": ("SELECT ds, product_id, amount * 2 AS a2 FROM sales WHERE amount > 2 OR amount IS NULL", {"sales"}),
@@ -152,6 +154,48 @@ def test_a_partitioned_aggregate_rewrites_only_the_partitions_its_change_touches
         entry = gw.history("parts", limit=1)[0]
         assert (entry["technique"], entry["rows"]) == ("incremental", written), entry   # the touched groups only
         assert _multiset(spark.table("parts").collect()) == _multiset(spark.sql(query).collect())
+
+
+def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
+    """A day-partitioned source appended to by several tasks, a small file per task and day, refreshed
+    after each append: the tables stay equal to their queries, each refresh appends incrementally, and
+    neither table's files grow with the refreshes (a folder's small files are rewritten into one when
+    there are more than SMALL_FILES_KEPT). On a classic session the refresh lists the many appended
+    files itself: it starts no more Spark jobs than after a one-file append (Spark would start a
+    listing job of a task per file beside the write)."""
+    spark.sql("CREATE TABLE clicks (id BIGINT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+
+    def append(start: int, rows: int, tasks: int) -> None:
+        spark.range(start, start + rows, 1, tasks).selectExpr(
+            "id", "CAST(id % 7 AS DOUBLE) - 2 AS v", "concat('d', CAST(id % 20 AS STRING)) AS ds").write.insertInto("clicks")
+
+    append(0, 400, 2)
+    queries = {"flat": "SELECT id, v, ds FROM clicks WHERE v > 0",
+               "days": "SELECT id, v * 2 AS v2, ds FROM clicks WHERE v <> 1"}
+    for name, query in queries.items():
+        partitioned = "PARTITIONED BY (ds) " if name == "days" else ""
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} {partitioned}WITH ('refresh.policy' = 'incremental') "
+                   f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    jobs = {}
+    for round_ in range(1, 13):
+        tasks = 1 if round_ == 1 else 2     # a one-file append, then 40 files (two tasks × 20 days) each
+        append(round_ * 1000, 200, tasks)
+        for name in queries:
+            group = f"mt_magic:{gw.describe(name)['identifier']}"
+            before = None if is_connect(spark) else len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+            gw.refresh(name)
+            assert gw.history(name, limit=1)[0]["technique"] == "incremental"
+            if before is not None:
+                jobs.setdefault(name, []).append(len(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) - before)
+    for name, query in queries.items():
+        assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect()), name
+        folders: dict[str, int] = {}
+        for path in spark.table(name).inputFiles():
+            folders[os.path.dirname(path)] = folders.get(os.path.dirname(path), 0) + 1
+        # 12 appends left up to 2 files per folder each; the folder keeps at most SMALL_FILES_KEPT + 2
+        assert max(folders.values()) <= SMALL_FILES_KEPT + 2, (name, folders)
+    # the second round appended 40 files and compacted nothing yet: one job (the write), as after one file
+    assert all(counts[0] == counts[1] == 1 for counts in jobs.values()), jobs
 
 
 def test_every_shape_stays_equal_to_its_query(spark, tables):

@@ -24,6 +24,11 @@ class Linear:
     def sources(self) -> tuple[str, ...]:
         return tuple(s for branch in self.occurrences for s in branch)
 
+    @property
+    def joins(self) -> bool:
+        """A branch reads several tables: its change is computed by joins."""
+        return any(len(branch) > 1 for branch in self.occurrences)
+
     def describe(self) -> str:
         return "incremental (append the query over the new rows)"
 

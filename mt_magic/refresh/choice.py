@@ -172,13 +172,7 @@ class Chooser:
         """How `source`'s files are read alone, or why they cannot be."""
         upstream = self.snapshots.store.get(source)
         if upstream is not None:
-            columns = upstream.columns
-            keys = {k.lower() for k in upstream.partition_keys}
-            ordered = [c for c in columns if c.name.lower() not in keys] + \
-                [c for k in upstream.partition_keys for c in columns if c.name.lower() == k.lower()]
-            schema = T.StructType([T.StructField(c.name, type_from_json(c.type_json), True) for c in ordered])
-            return Reading(upstream.storage.format, schema, data_source_options(upstream.options),
-                           upstream.partition_keys)
+            return table_reading(upstream)
         facts = self.snapshots.facts(source)
         provider = (facts.provider or "").lower() if facts else ""
         if provider not in READABLE_FORMATS:
@@ -251,6 +245,16 @@ class Chooser:
             carried = len(manifest.state_columns)
             state = state * carried // (carried + len(table.columns))
         return estimate(branches, sources, state)
+
+
+def table_reading(table: MaterializedTable) -> Reading:
+    """How a materialized table's own files are read alone: its columns as stored, partition columns
+    last (as Spark reads them from the folders)."""
+    keys = {k.lower() for k in table.partition_keys}
+    ordered = [c for c in table.columns if c.name.lower() not in keys] + \
+        [c for k in table.partition_keys for c in table.columns if c.name.lower() == k.lower()]
+    schema = T.StructType([T.StructField(c.name, type_from_json(c.type_json), True) for c in ordered])
+    return Reading(table.storage.format, schema, data_source_options(table.options), table.partition_keys)
 
 
 def _settle(answer: Future[_A], request: Callable[[], _A]) -> None:

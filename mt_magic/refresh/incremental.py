@@ -21,7 +21,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +31,14 @@ from mt_magic.catalog.model import MaterializedTable, Storage
 from mt_magic.incremental.relations import Version
 from mt_magic.incremental.rules import Aggregate, Linear
 from mt_magic.refresh.changes import SourceChange, SourceDelta
-from mt_magic.refresh.choice import Reading, Stateful
+from mt_magic.refresh.choice import Reading, Stateful, table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
-from mt_magic.spark.frames import counting_rows, files_frame, query_over
+from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, query_over
 from mt_magic.spark.jobs import job_scope
+from mt_magic.spark.files import Listing
+from mt_magic.storage.compaction import files_for, files_to_compact
 from mt_magic.storage.manifests import CARRIED, Manifest
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.linked import extended
@@ -106,7 +108,7 @@ class Maintainer:
         with self._scope(table, "incremental") as relations:
             names = relations.naming(rule.sources, changes, readings)
             if isinstance(rule, Linear):
-                return self._append(table, rule.delta(appended, names.name), relations)
+                return self._append(table, rule, changes, relations)
             old = relations.add("old_state", self._state(table, manifest))
             within = partitioning_key(table, rule, manifest)
             merged = rule.merged(old, appended, names.name, within) if within else \
@@ -132,25 +134,43 @@ class Maintainer:
         carried = [f.name for f in schema.fields if f.name.startswith(CARRIED)]
         return frame.selectExpr(*[f"`{n}` AS `{n[len(CARRIED):]}`" for n in carried]) if carried else frame
 
-    def _append(self, table: MaterializedTable, delta: str | None, relations: _Relations) -> Maintained:
+    def _append(self, table: MaterializedTable, rule: Linear, changes: dict[str, SourceDelta],
+                relations: _Relations) -> Maintained:
+        """The change's rows written as new files beside the published ones; a folder of the table
+        holding too many small files has them rewritten into one (`storage.compaction`)."""
         started = time.monotonic()
+        delta = rule.delta({s for s, d in changes.items() if d.change is SourceChange.APPENDED}, relations.names.name)
         if delta is None:
             return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group))
-        with relations.query(shaped_sql(delta, table.columns, table.identifier, table.query_columns)) as frame:
-            frame, rows = counting_rows(frame)
-            stage = self.storage.new_version(table)
-            try:
-                self._write(table, frame, stage)
-                read = relations.delta_rows()
-                if rows() == 0:
-                    return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group),
-                                      delta_rows=read)
-                version = extended(self.storage, table, stage)
-                published = self._publish(table, version)
-            finally:
+        stages = [self.storage.new_version(table)]
+        try:
+            with relations.query(shaped_sql(delta, table.columns, table.identifier, table.query_columns)) as frame:
+                if not rule.joins:      # a filter's change needs no more files than its size (a join's: its shuffle's)
+                    frame = frame.coalesce(files_for(sum(d.added_bytes for d in changes.values())))
+                frame, rows = counting_rows(frame)
+                self._write(table, frame, stages[0])
+            read = relations.delta_rows()
+            if rows() == 0:
+                return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group),
+                                  delta_rows=read)
+            rewritten = files_to_compact(self.storage.published_files(table))
+            if rewritten:
+                stages.append(self.storage.new_version(table))
+                self._write(table, self._compacted(table, rewritten), stages[1])
+            published = self._publish(table, extended(self.storage, table, stages, rewritten))
+        finally:
+            for stage in stages:
                 self.storage.remove(stage)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           delta_rows=read)
+
+    def _compacted(self, table: MaterializedTable, files: Listing) -> Any:
+        """The rows of the table's `files`, to be written again in as few files as they need."""
+        reading = table_reading(table)
+        with listed_by_driver(self.spark, files):
+            frame = files_frame(self.spark, reading.format, reading.schema, reading.options, tuple(sorted(files)),
+                                reading.partition_columns)
+        return frame.coalesce(files_for(sum(size for size, _ in files.values())))
 
     def _stateful(self, table: MaterializedTable, rule: Stateful, state_sql: str,
                    relations: _Relations, touched: bool = False) -> Maintained:
@@ -244,19 +264,21 @@ class _Relations:
         self.frames: dict[str, Any] = {}
         self._delta_counts: list[Callable[[], int | None]] = []
         self.group = job_group(table)
-        self._scope = None
+        self.names = _Names(self.nonce)
+        self._scopes = ExitStack()
 
     def __enter__(self) -> _Relations:
-        self._scope = job_scope(self.spark, self.group, f"refresh {self.table.identifier} ({self.what})")
-        self._scope.__enter__()
+        self._scopes.enter_context(job_scope(self.spark, self.group, f"refresh {self.table.identifier} ({self.what})"))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._scope.__exit__(*exc)
+        self._scopes.__exit__(*exc)
 
     def naming(self, sources: tuple[str, ...], changes: dict[str, SourceDelta],
                readings: dict[str, Reading]) -> _Names:
-        names = _Names(self.nonce)
+        names = self.names
+        self._scopes.enter_context(listed_by_driver(self.spark, (path for source in dict.fromkeys(sources)
+                                                                 for path in changes[source].files)))
         for index, source in enumerate(sources):
             change, reading = changes[source], readings[source]
             for version, files in ((Version.OLD, change.kept), (Version.NEW, change.files),

@@ -4,8 +4,9 @@ server (its schema, whether it streams) is one, and a refresh should cost what i
 from __future__ import annotations
 
 import re
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -75,6 +76,41 @@ def files_frame(spark: Any, fmt: str, schema: Any, options: dict[str, str], file
     for other in frames[1:]:
         frame = frame.unionByName(other)
     return frame.select(*[F.col(quote_identifier(name)) for name in schema.fieldNames()])
+
+
+_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+_listing_lock = threading.Lock()
+_listing_runs: dict[int, tuple[int, str | None]] = {}     # id(session) → (runs inside, setting before)
+
+
+@contextmanager
+def listed_by_driver(spark: Any, files: Iterable[str]) -> Iterator[None]:
+    """Reads of these files, inside, have their statuses fetched by the driver. Spark fetches more
+    than 32 paths with a job of one task per path: 2.1-3.1 s for 480 small files on two cores, where
+    the driver takes 0.13 s. Only where every file is on a local disk (an object store's statuses
+    are better fetched in parallel); the session's setting comes back when the last run inside ends
+    (runs of several tables overlap)."""
+    if not all(path.startswith("file:") for path in files):
+        yield
+        return
+    key = id(spark)
+    with _listing_lock:
+        inside, before = _listing_runs.get(key, (0, None))
+        if not inside:
+            before = spark.conf.get(_LISTING_THRESHOLD, None)
+            spark.conf.set(_LISTING_THRESHOLD, str(2**31 - 1))
+        _listing_runs[key] = (inside + 1, before)
+    try:
+        yield
+    finally:
+        with _listing_lock:
+            inside, before = _listing_runs.pop(key)
+            if inside > 1:
+                _listing_runs[key] = (inside - 1, before)
+            elif before is None:
+                spark.conf.unset(_LISTING_THRESHOLD)
+            else:
+                spark.conf.set(_LISTING_THRESHOLD, before)
 
 
 def _base(path: str, partition_columns: Sequence[str]) -> str | None:

@@ -4,7 +4,7 @@ an append (every old file still there, by its name inside the version)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.storage.versions import TableStorage, same_path
@@ -24,14 +24,16 @@ def version_relative(root: str) -> Callable[[str], str]:
     return relative
 
 
-def extended(storage: TableStorage, table: MaterializedTable, added: str) -> str:
+def extended(storage: TableStorage, table: MaterializedTable, added: Iterable[str],
+             rewritten: Iterable[str] = ()) -> str:
     """A new version holding the published data's files (linked, or copied where links are not
-    possible) and the data files written to `added`, moved in at the same places."""
+    possible) but the `rewritten` ones (their rows are in an `added` folder too), and the data files
+    written to the `added` folders, moved in at the same places."""
     version = storage.new_version(table)
     published = table.storage
+    inside = version_relative(published.root)
     if table.partition_keys and published.catalog_partitions:
         storage.files.mkdirs(version)
-        inside = version_relative(published.root)
         for partition in published.partitions:
             target = f"{version}/{inside(partition.location)}"
             storage.files.mkdirs(target.rsplit("/", 1)[0])
@@ -40,9 +42,12 @@ def extended(storage: TableStorage, table: MaterializedTable, added: str) -> str
         storage.files.link_tree(published.location, version)
     else:
         storage.files.mkdirs(version)
-    prefix = same_path(added) + "/"
-    for path in storage.files.listing(added):
-        target = f"{version}/{same_path(path)[len(prefix):]}"
-        storage.files.mkdirs(target.rsplit("/", 1)[0])
-        storage.files.rename(path, target)
+    for path in rewritten:
+        storage.files.delete(f"{version}/{inside(path)}")
+    for folder in added:
+        prefix = same_path(folder) + "/"
+        for path in storage.files.listing(folder):
+            target = f"{version}/{same_path(path)[len(prefix):]}"
+            storage.files.mkdirs(target.rsplit("/", 1)[0])
+            storage.files.rename(path, target)
     return version

@@ -23,7 +23,7 @@ from mt_magic.errors import SparkError
 from mt_magic.spark.catalog import (partition_clause, partition_locations, partition_metadata, set_table_location,
                                     switch_partition_locations, table_facts)
 from mt_magic.spark.errors import spark_call
-from mt_magic.spark.files import files_for
+from mt_magic.spark.files import Listing, files_for
 from mt_magic.spark.session import is_connect
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier
@@ -175,6 +175,13 @@ class TableStorage:
     def written(self, version: str) -> None:
         """The write of `version` is over (published, or failed and discarded)."""
         self.files.delete(note_of(version))
+
+    def published_files(self, table: MaterializedTable) -> Listing:
+        """The data files readers read now."""
+        listing: Listing = {}
+        for location in (table.storage.location, *(p.location for p in table.storage.partitions)):
+            listing.update(self.files.listing(location))
+        return listing
 
     def publish(self, table: MaterializedTable, version: str, target: Target) -> Storage:
         """Make `version` what readers see: the whole table, or the partitions the target matches."""
