@@ -162,12 +162,12 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
     neither table's files grow with the refreshes (a folder's small files are rewritten into one when
     there are more than SMALL_FILES_KEPT). On a classic session the refresh lists the many appended
     files itself: it starts no more Spark jobs than after a one-file append (Spark would start a
-    listing job of a task per file beside the write)."""
+    listing job of a task per file beside the write), and a full refresh reads the files listed too."""
     spark.sql("CREATE TABLE clicks (id BIGINT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
 
     def append(start: int, rows: int, tasks: int) -> None:
         spark.range(start, start + rows, 1, tasks).selectExpr(
-            "id", "CAST(id % 7 AS DOUBLE) - 2 AS v", "concat('d', CAST(id % 20 AS STRING)) AS ds").write.insertInto("clicks")
+            "id", "CAST(id % 7 AS DOUBLE) - 2 AS v", "concat('d', CAST(id % 40 AS STRING)) AS ds").write.insertInto("clicks")
 
     append(0, 400, 2)
     queries = {"flat": "SELECT id, v, ds FROM clicks WHERE v > 0",
@@ -178,7 +178,7 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
                    f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
     jobs = {}
     for round_ in range(1, 13):
-        tasks = 1 if round_ == 1 else 2     # a one-file append, then 40 files (two tasks × 20 days) each
+        tasks = 1 if round_ == 1 else 2     # a one-file append, then 80 files (two tasks × 40 days) each
         append(round_ * 1000, 200, tasks)
         for name in queries:
             group = f"mt_magic:{gw.describe(name)['identifier']}"
@@ -194,8 +194,15 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
             folders[os.path.dirname(path)] = folders.get(os.path.dirname(path), 0) + 1
         # 12 appends left up to 2 files per folder each; the folder keeps at most SMALL_FILES_KEPT + 2
         assert max(folders.values()) <= SMALL_FILES_KEPT + 2, (name, folders)
-    # the second round appended 40 files and compacted nothing yet: one job (the write), as after one file
+    # the second round appended 80 files and compacted nothing yet: one job (the write), as after one file
     assert all(counts[0] == counts[1] == 1 for counts in jobs.values()), jobs
+    if not is_connect(spark):       # a full refresh, too, reads the files listed: one job, no listing job
+        group = f"mt_magic:{gw.describe('flat')['identifier']}"
+        before = len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+        gw.refresh("flat")          # nothing changed: a manual refresh recomputes
+        assert gw.history("flat", limit=1)[0]["technique"] == "full"
+        assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) - before == 1
+        assert _multiset(spark.table("flat").collect()) == _multiset(spark.sql(queries["flat"]).collect())
 
 
 def test_every_shape_stays_equal_to_its_query(spark, tables):

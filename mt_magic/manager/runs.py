@@ -152,7 +152,7 @@ class Runs:
             if listings is not None:
                 listings.result()
             return self.maintainer.maintain(table, choice.rule, changes, choice.readings, manifest), None
-        if choice is not None and choice.keeps_state and target.whole:
+        if choice is not None and choice.reads_listed and target.whole and not dynamic:
             if listings is not None:
                 listings.result()
             return self.maintainer.recompute(table, choice.rule, changes, choice.readings), None

@@ -67,9 +67,10 @@ class Choice:
     estimate: Estimate | None = None        # what the cost rule weighed, where it did
 
     @property
-    def keeps_state(self) -> bool:
-        """A full refresh that computes the state too (from exactly the files listed)."""
-        return not self.incremental and isinstance(self.rule, STATEFUL) and bool(self.readings)
+    def reads_listed(self) -> bool:
+        """A full refresh from exactly the files listed (and for a stateful rule, its state too): what
+        it read is what the snapshot says, and it lists them itself."""
+        return not self.incremental and not isinstance(self.rule, Recompute) and bool(self.readings)
 
 
 class Chooser:

@@ -116,12 +116,24 @@ class Maintainer:
             return self._stateful(table, rule, merged or f"SELECT * FROM {old}", relations,
                                   touched=within is not None and merged is not None)
 
-    def recompute(self, table: MaterializedTable, rule: Stateful, changes: dict[str, SourceDelta],
+    def recompute(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
                   readings: dict[str, Reading]) -> Maintained:
-        """A whole refresh of an aggregate that keeps its state: from exactly the files listed now."""
-        with self._scope(table, "full, keeping the state") as relations:
+        """A whole refresh from exactly the files listed now (an aggregate's keeps its state)."""
+        with self._scope(table, "full, from the files listed") as relations:
             names = relations.naming(rule.sources, changes, readings)
+            if isinstance(rule, Linear):
+                return self._rewritten(table, rule.full(names.name), relations)
             return self._stateful(table, rule, rule.state(names.name), relations)
+
+    def _rewritten(self, table: MaterializedTable, query: str, relations: _Relations) -> Maintained:
+        started = time.monotonic()
+        with relations.query(shaped_sql(query, table.columns, table.identifier, table.query_columns)) as frame:
+            frame, rows = counting_rows(frame)
+            version = self.storage.new_version(table)
+            self._write(table, frame, version)
+        self.storage.files.mkdirs(version)      # an empty result may leave no folder at all
+        published = self._publish(table, version)
+        return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group))
 
     def _scope(self, table: MaterializedTable, what: str) -> _Relations:
         return _Relations(self.spark, table, what)
