@@ -17,7 +17,8 @@ jobs each refresh started are printed (its job group's jobs).
 Then the seeds' shape (fact JOIN dim GROUP BY) as a CONTINUOUS table at FRESHNESS 2 s over the 30M
 rows, with a small append every second for a minute, whatever the table does (open loop), and a reader
 polling the table every 0.1 s: p95 lag (an append's commit → the first read that counts it) ≤ freshness
-+ 2 s.
++ 2 s. An untimed append first waits until it is visible: the stream's first micro-batches over new
+rows compile their code (appends made meanwhile waited 7-8 s).
 
 And, run before those two, 'refresh.policy': over a fact table of a third of the rows (and a
 dimension of its own for the case where the dimension is appended to), each shape as three tables —
@@ -125,7 +126,14 @@ def lag(spark, gateway) -> list[float]:
     the table every 0.1 s apart; an append's lag is from its commit to the first read that counts it."""
     gateway.execute(f"CREATE MATERIALIZED TABLE seeds FRESHNESS = INTERVAL '{LAG_FRESHNESS_S}' SECOND "
                     f"AS {SEED_SHAPE}")
-    spark.sql("INSERT INTO dim VALUES (-1, 'lag')")
+    spark.sql("INSERT INTO dim VALUES (-1, 'lag'), (-2, 'warm')")
+    # Untimed, as the other parts warm the JVM: the stream's first micro-batches over new rows (its
+    # first over the 30M rows is the table's initial computation) until one shows an append.
+    spark.sql("INSERT INTO fact VALUES (0, -2, 'warm', 1.0)")
+    started = time.monotonic()
+    while not spark.sql("SELECT n FROM seeds WHERE region = 'warm'").first():
+        assert time.monotonic() - started < 300, "the warm-up append was not visible within 300 s"
+        time.sleep(0.1)
     appended: list[float] = []
     seen: dict[int, float] = {}
     done = threading.Event()
@@ -307,7 +315,7 @@ def report_lag(lags: list[float], targets: dict) -> None:
     targets["CONTINUOUS join + group lag"] = p95 <= LAG_FRESHNESS_S + 2
     print(f"CONTINUOUS {SEED_SHAPE!r} at FRESHNESS {LAG_FRESHNESS_S} s over {ROWS:,}+ rows, an append a second "
           f"for {LAG_SECONDS} s: lag p50 {statistics.median(lags):.2f} s, p95 {p95:.2f} s, max {max(lags):.2f} s "
-          f"(target p95 <= {LAG_FRESHNESS_S + 2} s)")
+          f"(target p95 <= {LAG_FRESHNESS_S + 2} s); in order: {' '.join(f'{x:.1f}' for x in lags)}")
 
 
 def main() -> None:
