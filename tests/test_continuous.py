@@ -190,6 +190,22 @@ def test_restart_resumes_and_sigkill_converges_without_duplicates(spark, db, tmp
     assert not spark.streams.active
 
 
+@pytest.mark.processes      # a user's own classic session, its JVM's output on the process's stderr
+def test_a_rewritten_streamed_source_prints_no_java_text_in_a_users_process(tmp_path):
+    """A day of the streamed source overwritten twice: the table follows each state, and the process
+    shows no Spark ERROR record nor Java stack (a batch the sink left unread used to fail the stream
+    with Spark's state store commit validation, its whole stack on the user's console)."""
+    worker = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "user_session_stream.py"),
+         str(tmp_path / "store" / "catalog.json"), str(tmp_path / "wh")],
+        capture_output=True, text=True, timeout=400, cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    assert worker.stdout.split("\n")[:3] == ["d1 = 1000", "d1 = 1500", "d1 = 700"]
+    java = [line for line in worker.stderr.splitlines() if " ERROR " in line or line.startswith("\tat ")]
+    assert not java, "\n".join(java[:20])
+
+
 def test_running_a_notebook_again_leaves_a_table_and_its_job_alone(streaming):
     before = streaming.describe("per_user")["refresh_handler"]["streaming_query_id"]
     with pytest.raises(MaterializedTableError, match="already exists; CREATE OR ALTER MATERIALIZED TABLE"):

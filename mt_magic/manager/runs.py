@@ -152,11 +152,19 @@ class Runs:
             if listings is not None:
                 listings.result()
             return self.maintainer.maintain(table, choice.rule, changes, choice.readings, manifest), None
+        read = None
         if choice is not None and choice.reads_listed and target.whole and not dynamic:
             if listings is not None:
                 listings.result()
-            return self.maintainer.recompute(table, choice.rule, changes, choice.readings), None
-        read = None
+            try:
+                return self.maintainer.recompute(table, choice.rule, changes, choice.readings), None
+            except MaterializedTableError:
+                if not self._moved(table, snapshot):
+                    raise
+            # A listed file is gone (a source rewritten as it was read): read again, as Spark lists.
+            log.info("The sources of %s changed while the refresh read them: reading again", table.identifier)
+            listings, read = None, self._steady_snapshot(table)
+            snapshot = read[0]
         for attempt in range(1, READ_ATTEMPTS + 1):
             # Spark lists the sources' files itself as it plans: what it read is what the snapshot
             # lists only if the sources held still meanwhile; else nothing is published, and it reads again.
@@ -182,6 +190,13 @@ class Runs:
             return spark_call(lambda: self.snapshots.take(table), f"Reading the sources of {table.identifier}")
         taken = take()      # first: it learns where the sources live
         return take() if self.snapshots.await_writes(table.source_tables) else taken
+
+    def _moved(self, table: MaterializedTable, snapshot: Snapshot) -> bool:
+        try:
+            self._held_still(table, snapshot)
+        except _Moved:
+            return True
+        return False
 
     def _held_still(self, table: MaterializedTable, snapshot: Snapshot) -> None:
         """Raises _Moved when a source changed since `snapshot`, or a job writes into one now."""

@@ -49,6 +49,7 @@ class BatchSink:
             log.info("Batch %d of %s not committed: the streamed source %s lost or rewrote files, so the "
                      "stream no longer matches it (the table is recomputed and streamed afresh)",
                      batch_id, self.identifier, self._moved)
+            _drain(batch)
             return
         store = CatalogStore(self.store_path)
         with store.table_lock(self.identifier):
@@ -94,6 +95,16 @@ class BatchSink:
         published = storage.publish(table, version, Target())
         updated = store.update(self.identifier, lambda t: t.evolve(storage=published))
         storage.sweep(updated, self.retention_s, just_published=True)
+
+
+def _drain(batch: DataFrame) -> None:
+    """The batch run through and written nowhere: a batch left unread leaves its state stores
+    uncommitted, and Spark (4.x) fails the stream for it with a whole Java stack on the console. Its
+    files may be gone by now (another rewrite): then the stream fails as before, and restarts."""
+    try:
+        batch.write.format("noop").mode("overwrite").save()
+    except Exception as error:  # noqa: BLE001 - the stream's own failure follows, and is handled
+        log.info("A batch after a rewrite could not be run through: %s", str(error).splitlines()[0][:200])
 
 
 def _listing(files: Files, folders: list[str]) -> Listing:
