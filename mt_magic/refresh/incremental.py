@@ -37,6 +37,7 @@ from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, query_over
 from mt_magic.spark.jobs import job_scope
+from mt_magic.spark.session import default_parallelism
 from mt_magic.spark.files import Listing
 from mt_magic.storage.compaction import files_for, files_to_compact
 from mt_magic.storage.manifests import CARRIED, Manifest
@@ -157,8 +158,9 @@ class Maintainer:
         stages = [self.storage.new_version(table)]
         try:
             with relations.query(shaped_sql(delta, table.columns, table.identifier, table.query_columns)) as frame:
-                if not rule.joins:      # a filter's change needs no more files than its size (a join's: its shuffle's)
-                    frame = frame.coalesce(files_for(sum(d.added_bytes for d in changes.values())))
+                if not rule.joins:      # a filter's change needs no more files than its size or the cores
+                    frame = frame.coalesce(max(files_for(sum(d.added_bytes for d in changes.values())),
+                                               default_parallelism(self.spark)))      # (a join's: its shuffle's)
                 frame, rows = counting_rows(frame)
                 self._write(table, frame, stages[0])
             read = relations.delta_rows()
