@@ -3,9 +3,10 @@
 An incremental refresh of a filter or a join adds the change's rows as new files beside the ones the
 table has. Left alone, every refresh adds a few small files: the next refresh links them all again, and
 a reader of the table opens them all (after 500 refreshes, thousands). So an append writes its change
-in as few files as its size needs, and where a folder of the table holds more than `SMALL_FILES_KEPT`
-small files, the refresh that appends next rewrites them together with its change (the same rows, in one
-file): what a refresh and a reader pay stays bounded by the data, not by how many refreshes ran.
+in as few files as its size needs (one per core at least, so that its read keeps them busy), and where a
+folder of the table holds more than `SMALL_FILES_KEPT` small files, the refresh that appends next also
+rewrites them, the same rows in one file: what a refresh and a reader pay stays bounded by the data, not
+by how many refreshes ran.
 """
 
 from __future__ import annotations
