@@ -156,6 +156,35 @@ def test_a_partitioned_aggregate_rewrites_only_the_partitions_its_change_touches
         assert _multiset(spark.table("parts").collect()) == _multiset(spark.sql(query).collect())
 
 
+def test_a_refresh_chooses_by_its_own_snapshot_while_another_table_over_the_source_refreshes(spark, gw):
+    """Two tables over one source, refreshed at once (a schedule and a cell): the other table's run,
+    ending after the source changed, has its facts looked up again next time — the run choosing now
+    still reads the source as the files its snapshot listed (it chose a full refresh "not files")."""
+    spark.sql("CREATE TABLE shared (k INT, amount DOUBLE) USING parquet")
+    spark.sql("INSERT INTO shared VALUES (1, 1.0), (2, 2.0)")
+    query = "SELECT k, SUM(amount) AS total FROM shared GROUP BY k"
+    for name in ("ours", "theirs"):
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} WITH ('refresh.policy' = 'incremental') "
+                   f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    spark.sql("INSERT INTO shared VALUES (1, 5.0)")
+    runs = gw.pipelines.runs
+    theirs = gw.pipelines.ws.store.get(gw.describe("theirs")["identifier"])
+    reading = runs.chooser.reading
+
+    def reading_as_theirs_ends(source):      # the moment the other run's end forgets the source's facts
+        runs.snapshots.forget(theirs)
+        return reading(source)
+
+    runs.chooser.reading = reading_as_theirs_ends
+    try:
+        gw.refresh("ours")
+    finally:
+        del runs.chooser.reading
+    entry = gw.history("ours", limit=1)[0]
+    assert (entry["technique"], entry["reason"]) == ("incremental", None), entry
+    assert _multiset(spark.table("ours").collect()) == _multiset(spark.sql(query).collect())
+
+
 def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
     """A day-partitioned source appended to by several tasks, a small file per task and day, refreshed
     after each append: the tables stay equal to their queries, each refresh appends incrementally, and

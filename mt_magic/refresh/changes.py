@@ -282,9 +282,12 @@ class Snapshots:
         return found
 
     def forget(self, table: MaterializedTable) -> None:
-        """A source changed: its folder is looked up again next time (it may have moved)."""
+        """A source changed: its folder is looked up again at the next snapshot (it may have moved).
+        What was learnt stays until then: another table's refresh over the same source may be choosing
+        by the facts its own snapshot took."""
         for source in table.source_tables:
-            self._folders.pop(source, None)
+            if source in self._folders:
+                self._folders[source] = (0.0, self._folders[source][1])
 
     def lineage(self, table: MaterializedTable) -> _Lineage:
         known = self._lineage.get(table.identifier)
