@@ -312,7 +312,11 @@ class Snapshots:
             return [storage.location] + [p.location for p in storage.partitions]
         stamp, facts = self._folders.get(source, (0.0, None))
         if time.monotonic() - stamp > FACTS_TTL_S:
-            facts = asked or table_facts(self.spark, _quoted(source))
+            try:
+                facts = asked or table_facts(self.spark, _quoted(source))
+            except MaterializedTableError:
+                self._folders.pop(source, None)     # gone: nothing learnt of it holds
+                raise
             self._folders[source] = (time.monotonic(), facts)
         folder = None if facts is None or facts.kind == "VIEW" else facts.location
         return [folder] if folder else None
