@@ -1,5 +1,7 @@
 """Run by test_continuous: a user's own SparkSession (not local_session), a CONTINUOUS table over a
-partitioned source whose day is overwritten twice; prints the table's rows once it shows each state."""
+partitioned source whose day is overwritten twice; prints the table's rows once it shows each state.
+Then a CONTINUOUS table whose batch writes for 12 s is suspended mid-write and resumed: prints how long
+SUSPEND waited and the rows the table shows after RESUME."""
 
 import sys
 import time
@@ -43,5 +45,30 @@ for rows in (1000, 1500, 700):
         time.sleep(0.2)
     print(f"d1 = {rows}", flush=True)
     job = streaming_since(job)
+
+# A batch that writes for 12 s (each row sleeps in the write's task): SUSPEND waits for the write.
+spark.sql("CREATE TABLE slow_src (k INT, pause BIGINT) USING parquet")
+spark.sql("INSERT INTO slow_src VALUES (1, 0)")
+gateway.execute("CREATE MATERIALIZED TABLE slow FRESHNESS = INTERVAL '1' SECOND REFRESH_MODE = CONTINUOUS AS "
+                "SELECT k, reflect('java.lang.Thread', 'sleep', pause) AS slept FROM slow_src")
+deadline = time.monotonic() + 90
+while spark.table("slow").count() != 1:
+    assert time.monotonic() < deadline, "slow never showed its first row"
+    time.sleep(0.2)
+spark.sql("INSERT INTO slow_src VALUES (2, 12000)")
+tracker = spark.sparkContext.statusTracker()
+stream = next(q for q in spark.streams.active if q.name and "slow" in q.name)
+while not (stream.status["isTriggerActive"] and tracker.getActiveJobsIds()):     # the batch's write runs
+    assert time.monotonic() < deadline, "the slow batch never started"
+    time.sleep(0.05)
+started = time.monotonic()
+gateway.execute("ALTER MATERIALIZED TABLE slow SUSPEND")
+print(f"suspend waited {time.monotonic() - started >= 5}", flush=True)
+gateway.execute("ALTER MATERIALIZED TABLE slow RESUME")
+deadline = time.monotonic() + 90
+while spark.table("slow").count() != 2:
+    assert time.monotonic() < deadline, "slow never showed the second row"
+    time.sleep(0.2)
+print(f"slow = {sorted(r.k for r in spark.table('slow').collect())}", flush=True)
 gateway.close()
 spark.stop()

@@ -7,6 +7,7 @@ published at its first batch. The checkpoint is Spark's; it plays Flink's savepo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -22,8 +23,8 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from mt_magic.catalog.handlers import JobHandler
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.catalog.store import CatalogStore
-from mt_magic.errors import StateError, ValidationError
-from mt_magic.refresh.sink import APPEND, COMPLETE, BatchSink
+from mt_magic.errors import MaterializedTableError, StateError, ValidationError
+from mt_magic.refresh.sink import APPEND, COMPLETE, BatchGate, BatchSink
 from mt_magic.spark.files import Listing
 from mt_magic.storage.versions import TableStorage
 from mt_magic.spark.catalog import forget_listing
@@ -33,7 +34,7 @@ from mt_magic.spark.streaming import add_listener, unsupported_reason
 
 log = logging.getLogger(__name__)
 
-STOP_WAIT_S = 10.0          # how long a stop waits for the batch in flight to finish
+STOP_WAIT_S = 60.0          # how long a stop waits for the batch in flight to finish; then it interrupts it
 
 
 def job_name(table: MaterializedTable) -> str:
@@ -76,6 +77,7 @@ class Job:
     query: StreamingQuery
     checkpoint: str
     mode: str
+    run_version: str
     stopping: bool = False
     progress: Progress = field(default_factory=Progress)
 
@@ -122,6 +124,7 @@ class ContinuousJobs:
                   .trigger(processingTime=f"{max(trigger_s, 0.1)} seconds")
                   .foreachBatch(sink))
         info = session_info(self.spark)
+        BatchGate.open(run_version)
         with self._lock:
             if self._closed:
                 raise StateError(f"The continuous refresh job of {table.identifier} was not started: its "
@@ -133,10 +136,12 @@ class ContinuousJobs:
                                                    f"{int(max(trigger_s, 0.1) * 1000)}ms"}):
                     query = writer.start()
             except BaseException:
+                BatchGate.discard(run_version)
                 if fresh:   # a job that never ran leaves no checkpoint behind
                     self.storage.files.delete(checkpoint)
                 raise
-            self._jobs[table.identifier] = Job(table.identifier, table.quoted, query, checkpoint, mode)
+            self._jobs[table.identifier] = Job(table.identifier, table.quoted, query, checkpoint, mode,
+                                                run_version)
         log.info("Continuous refresh job of %s started (%s mode, every %.1f s, %s)", table.identifier, mode,
                  trigger_s, "fresh" if fresh else "from its checkpoint")
         return JobHandler(str(query.id), str(query.runId), job_name(table), checkpoint, mode, run_version,
@@ -155,8 +160,13 @@ class ContinuousJobs:
             return
         job.stopping = True
         try:
-            _between_batches(job.query)
-            job.query.stop()
+            deadline = time.monotonic() + STOP_WAIT_S
+            _between_batches(job.query, deadline)
+            with BatchGate.closed(job.run_version, max(0.0, deadline - time.monotonic())):
+                job.query.stop()
+            # The last batch's progress may arrive after the job is gone: its commit is not seen there.
+            with contextlib.suppress(MaterializedTableError):     # the table is being dropped
+                forget_listing(self.spark, job.quoted)
             log.info("Continuous refresh job of %s stopped", identifier)
         except SPARK_ERRORS as error:
             log.warning("Stopping the streaming job of %s: %s", identifier, spark_message(error))
@@ -220,10 +230,10 @@ class ContinuousJobs:
         self._on_failure(job.table_id, error_sentence(exception or "The streaming job stopped."))
 
 
-def _between_batches(query: StreamingQuery) -> None:
-    """Wait (a while) until no batch runs: stopping interrupts the stream's thread, and a batch in its
-    write would be aborted half-way (Spark logs the abort and the interrupted thread's errors)."""
-    deadline = time.monotonic() + STOP_WAIT_S
+def _between_batches(query: StreamingQuery, deadline: float) -> None:
+    """Wait (until `deadline`) for a pause between batches: stopping interrupts the stream's thread,
+    and a batch in its write would be aborted half-way (Spark logs the abort and the interrupted
+    thread's errors). Where the batches run in this process, BatchGate closes the gap after it."""
     while time.monotonic() < deadline:
         try:
             if not query.isActive or not query.status.get("isTriggerActive"):

@@ -1,13 +1,18 @@
 """A streaming job's foreachBatch sink: one atomic commit per batch id, so a batch that is re-run
 after a crash changes nothing twice (complete mode: a new version published like a FULL refresh;
 append mode: a hidden folder renamed to `b-<batch id>` in the run's version folder), and no commit
-of a batch that read a source which lost or rewrote files."""
+of a batch that read a source which lost or rewrote files. A batch fails with a line, not a
+traceback, and a stop never aborts a batch's write half-way (BatchGate)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from pyspark.sql import DataFrame
 
@@ -15,6 +20,7 @@ from mt_magic.catalog.model import MaterializedTable
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.refresh.full import shape
 from mt_magic.spark.files import WRITE_WAIT_S, Files, Listing
+from mt_magic.spark.streaming import BatchFailure, batch_failure
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.versions import Target, TableStorage
 
@@ -22,6 +28,74 @@ log = logging.getLogger(__name__)
 
 APPEND, COMPLETE = "append", "complete"
 BATCH_PREFIX = "b-"
+
+
+class BatchGate:
+    """Where the stream's batches run in this process (a classic session): a stop waits for the batch
+    being written, and a batch due meanwhile ends at once, as interrupted — Spark's stop interrupts
+    the stream's thread, which aborts a write half-way with ERROR records on the user's console. Over
+    Spark Connect the batches run in the server's Python worker, out of a client's reach: there is no
+    gate there, and the stop waits for a pause between triggers only."""
+
+    _open: ClassVar[dict[str, BatchGate]] = {}
+    _guard: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self) -> None:
+        self._writing = threading.Lock()
+        self._closing = threading.Event()
+
+    @property
+    def closing(self) -> bool:
+        """The stream is being stopped: a batch's failure now is the stop's."""
+        return self._closing.is_set()
+
+    @classmethod
+    def open(cls, run_version: str) -> None:
+        """The stream writing `run_version` starts in this process."""
+        with cls._guard:
+            cls._open[run_version] = cls()
+
+    @classmethod
+    def discard(cls, run_version: str) -> None:
+        """The stream did not start."""
+        with cls._guard:
+            cls._open.pop(run_version, None)
+
+    @classmethod
+    @contextlib.contextmanager
+    def batch(cls, run_version: str) -> Iterator[BatchGate | None]:
+        """Around a batch: its stream's gate, if it runs in this process."""
+        gate = cls._open.get(run_version)
+        if gate is None:
+            yield None
+            return
+        while not gate._writing.acquire(timeout=0.05):
+            if gate.closing:
+                raise batch_failure(None)
+        try:
+            if gate.closing:
+                raise batch_failure(None)
+            yield gate
+        finally:
+            gate._writing.release()
+
+    @classmethod
+    @contextlib.contextmanager
+    def closed(cls, run_version: str, wait_s: float) -> Iterator[None]:
+        """While the stream stops: the batch being written is waited for (up to `wait_s`), and no
+        other starts."""
+        with cls._guard:
+            gate = cls._open.pop(run_version, None)
+        if gate is None:        # it runs elsewhere (Connect), or failed and was not started again
+            yield
+            return
+        gate._closing.set()
+        held = gate._writing.acquire(timeout=wait_s)
+        try:
+            yield
+        finally:
+            if held:
+                gate._writing.release()
 
 
 @dataclass
@@ -44,6 +118,16 @@ class BatchSink:
     _moved: str | None = field(default=None, init=False)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        gate = None
+        try:
+            with BatchGate.batch(self.run_version) as gate:
+                self._run(batch, batch_id)
+        except BatchFailure:
+            raise
+        except Exception as error:   # noqa: BLE001 - Spark reads what a batch raises as text, see batch_failure
+            raise batch_failure(error, stopping=gate is not None and gate.closing) from None
+
+    def _run(self, batch: DataFrame, batch_id: int) -> None:
         storage = TableStorage(batch.sparkSession)
         if not self._held(storage.files):
             log.info("Batch %d of %s not committed: the streamed source %s lost or rewrote files, so the "

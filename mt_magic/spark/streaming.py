@@ -1,4 +1,5 @@
-"""Which output modes Spark's streaming allows for a query, asked before any job starts."""
+"""What Spark's streaming asks of us: which output modes it allows for a query (asked before any job
+starts), and how a foreachBatch function ends when it fails."""
 
 from __future__ import annotations
 
@@ -9,6 +10,30 @@ from typing import Any
 
 from mt_magic.spark.errors import SPARK_ERRORS, error_sentence
 from mt_magic.spark.session import is_connect
+
+# Spark's StreamExecution.PROXY_ERROR: how a stream being stopped tells that its foreachBatch
+# function ended because the stop interrupted it. Spark matches `<prefix>((.|\r\n|\r|\n)*)(<name>)`
+# against the function's whole Python traceback, one stack frame per character: a traceback that
+# carries a Java stack (a Py4JJavaError's) overflows the stream thread's stack (StackOverflowError,
+# ~1000 frames of java.util.regex.Pattern on the user's console) instead of stopping cleanly.
+_PROXY_ERROR_PREFIX = "py4j.protocol.Py4JJavaError: An error occurred while calling"
+_INTERRUPTIONS = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
+                  "java.nio.channels.ClosedByInterruptException")
+
+
+class BatchFailure(RuntimeError):
+    """What a foreachBatch function raises for any failure: a line, not a traceback with Java text."""
+
+
+def batch_failure(error: BaseException | None, stopping: bool = False) -> BatchFailure:
+    """The short failure a foreachBatch function raises for `error`: Spark's sentence, or — when the
+    stream is being stopped (`stopping`, or Java's interruption named in the error; None: the
+    function ended at once for a stop) — the text Spark's stop recognises as an interruption."""
+    text = "" if error is None else str(error)
+    interruption = next((name for name in _INTERRUPTIONS if name in text), None)
+    if error is None or stopping or interruption:
+        return BatchFailure(f"{_PROXY_ERROR_PREFIX} the batch: {interruption or _INTERRUPTIONS[0]}")
+    return BatchFailure(error_sentence(error))
 
 
 def unsupported_reason(spark: Any, frame: Any, mode: str) -> str | None:
