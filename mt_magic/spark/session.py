@@ -229,11 +229,16 @@ def default_parallelism(spark: Any) -> int:
     classic session; over Connect the server's setting, or its local master's cores, else 4."""
     if not is_connect(spark):
         return max(1, int(spark.sparkContext.defaultParallelism))
-    configured = spark.conf.get("spark.default.parallelism", None)
-    if configured:
-        return max(1, int(configured))
-    local = re.fullmatch(r"local\[(\d+)(?:,\d+)?\]", spark.conf.get("spark.master", "") or "")
-    return int(local.group(1)) if local else 4
+    known = _connect_parallelism.get(spark)
+    if known is None:       # two round trips: asked once per session (a refresh's change asks each time)
+        configured = spark.conf.get("spark.default.parallelism", None)
+        local = re.fullmatch(r"local\[(\d+)(?:,\d+)?\]", spark.conf.get("spark.master", "") or "")
+        known = _connect_parallelism[spark] = max(1, int(configured)) if configured else \
+            int(local.group(1)) if local else 4
+    return known
+
+
+_connect_parallelism: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def quiet_background_output(spark: Any) -> None:
