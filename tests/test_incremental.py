@@ -185,6 +185,34 @@ def test_a_refresh_chooses_by_its_own_snapshot_while_another_table_over_the_sour
     assert _multiset(spark.table("ours").collect()) == _multiset(spark.sql(query).collect())
 
 
+def test_a_full_refresh_that_reads_a_source_by_name_publishes_only_what_its_snapshot_listed(spark, gw):
+    """A full refresh of an aggregate reads an unpartitioned source by its name, as the query run
+    directly does. Overwritten by another session after the snapshot was taken, the source is read
+    again: what the table records as read is what it was computed from, so a scheduled refresh now
+    would skip (published with the earlier snapshot, it would recompute again)."""
+    spark.sql("CREATE TABLE moving (k INT, amount DOUBLE) USING parquet")
+    spark.sql("INSERT INTO moving VALUES (1, 1.0), (2, 2.0)")
+    query = "SELECT k, SUM(amount) AS total, COUNT(*) AS n FROM moving GROUP BY k"
+    gw.execute(f"CREATE MATERIALIZED TABLE summed FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    spark.sql("INSERT OVERWRITE moving VALUES (1, 4.0)")
+    runs = gw.pipelines.runs
+    reading = runs.chooser.reading
+
+    def reading_as_the_source_is_overwritten(source):       # after the snapshot, before the read
+        spark.sql("INSERT OVERWRITE moving VALUES (3, 8.0), (3, 1.0)")
+        runs.chooser.reading = reading
+        return reading(source)
+
+    runs.chooser.reading = reading_as_the_source_is_overwritten
+    try:
+        gw.refresh("summed")
+    finally:
+        runs.chooser.__dict__.pop("reading", None)
+    assert _multiset(spark.table("summed").collect()) == _multiset(spark.sql(query).collect()) == [(3, 9.0, 2)]
+    rows = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE summed REFRESH")[0].rows)
+    assert rows["a scheduled refresh now"].startswith("would skip"), rows
+
+
 def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
     """A day-partitioned source appended to by several tasks, a small file per task and day, refreshed
     after each append: the tables stay equal to their queries, each refresh appends incrementally, and

@@ -154,14 +154,16 @@ class Runs:
             return self.maintainer.maintain(table, choice.rule, changes, choice.readings, manifest), None
         read = None
         if choice is not None and choice.reads_listed and target.whole and not dynamic:
-            if listings is not None:
-                listings.result()
             try:
-                return self.maintainer.recompute(table, choice.rule, changes, choice.readings), None
+                return self.maintainer.recompute(table, choice.rule, changes, choice.readings, listings,
+                                                 verify=lambda: self._held_still(table, snapshot)), None
             except MaterializedTableError:
                 if not self._moved(table, snapshot):
                     raise
-            # A listed file is gone (a source rewritten as it was read): read again, as Spark lists.
+            except _Moved:
+                pass
+            # A source changed as it was read (a listed file gone, or one read by name held not still):
+            # read again, as Spark lists.
             log.info("The sources of %s changed while the refresh read them: reading again", table.identifier)
             listings, read = None, self._steady_snapshot(table)
             snapshot = read[0]

@@ -54,6 +54,9 @@ class Reading:
     schema: T.StructType
     options: dict[str, str]
     partition_columns: tuple[str, ...]
+    # Spark's own relation of the table reads what a snapshot lists: one folder of files, not
+    # partitioned (a partition the catalog does not know is not read), not a materialized table.
+    as_listed: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ class Chooser:
         provider = (facts.provider or "").lower() if facts else ""
         if provider not in READABLE_FORMATS:
             return f"{source} is stored as {provider or 'a relation that is not files'}"
-        return Reading(provider, self._schema(source), {}, facts.partition_columns)
+        return Reading(provider, self._schema(source), {}, facts.partition_columns, not facts.partition_columns)
 
     def _schema(self, source: str) -> T.StructType:
         return self._settled(self._schemas, source, self._asking_schema(source))

@@ -3,9 +3,10 @@
 
 Every relation a rule's SQL reads is exactly a set of files the snapshot listed (a source's old files,
 its new ones, or only the appended ones), read alone with the source's schema: what the result is
-computed from is what the manifest beside it says, whatever is written meanwhile. A linear rule's
-change is written and published as a new version that links the old files and adds the new ones
-(tables reading this one see an append). An aggregate's state (partials per group) or a top-N's (the
+computed from is what the manifest beside it says, whatever is written meanwhile (a recompute reads
+a source Spark reads as listed by its name, and publishes only if it held still). A linear rule's change
+is written and published as a new version that links the old files and adds the new ones (tables
+reading this one see an append). An aggregate's state (partials per group) or a top-N's (the
 ranked rows within N) is merged with the change's, and the data is the state's final projection: data and
 state are published together, or neither is. Where the data has a row per group (an aggregate with no
 HAVING) in a format read by column name (Parquet), the state's columns are written in the data's own
@@ -21,6 +22,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,7 @@ from mt_magic.incremental.rules import Aggregate, Linear
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.choice import Reading, Stateful, table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
+from mt_magic.spark.catalog import refresh_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, query_over
@@ -44,6 +47,7 @@ from mt_magic.storage.manifests import CARRIED, Manifest
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.linked import extended
 from mt_magic.storage.versions import Target, TableStorage
+from mt_magic.sql.statements import quote_identifier
 
 STATE_FOLDER = "_state"
 STATE_FORMAT = "parquet"
@@ -118,10 +122,17 @@ class Maintainer:
                                   touched=within is not None and merged is not None)
 
     def recompute(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
-                  readings: dict[str, Reading]) -> Maintained:
-        """A whole refresh from exactly the files listed now (an aggregate's keeps its state)."""
+                  readings: dict[str, Reading], listings: Future | None, verify: Callable[[], None]) -> Maintained:
+        """A whole refresh of what the snapshot listed (an aggregate's keeps its state). A source Spark
+        reads as listed is read by its name, as the query run directly reads it (no relation to build),
+        and `verify` raises before the publish when one changed meanwhile; the others are read from the
+        files listed. `listings`: the sources' cached listings are being forgotten already (wait for it)."""
         with self._scope(table, "full, from the files listed") as relations:
-            names = relations.naming(rule.sources, changes, readings)
+            names = relations.naming(rule.sources, changes, readings, by_name=True)
+            if names.tables:
+                relations.verify = verify
+                listings.result() if listings is not None else \
+                    refresh_listings(self.spark, tuple(rule.sources[i] for i in names.tables))
             if isinstance(rule, Linear):
                 return self._rewritten(table, rule.full(names.name), relations)
             return self._stateful(table, rule, rule.state(names.name), relations)
@@ -133,7 +144,7 @@ class Maintainer:
             version = self.storage.new_version(table)
             self._write(table, frame, version)
         self.storage.files.mkdirs(version)      # an empty result may leave no folder at all
-        published = self._publish(table, version)
+        published = self._publish(table, version, check=relations.verify)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group))
 
     def _scope(self, table: MaterializedTable, what: str) -> _Relations:
@@ -208,7 +219,7 @@ class Maintainer:
             self.storage.files.mkdirs(version)
             state_folder = f"{version}/{STATE_FOLDER}"
             self.storage.files.rename(stage, state_folder)
-            published = self._publish(table, version)
+            published = self._publish(table, version, check=relations.verify)
         except BaseException:
             self.storage.remove(stage)
             raise
@@ -236,7 +247,7 @@ class Maintainer:
             key = table.partition_keys[0]
             target = Target(key=key, values=tuple(dict(spec)[key] for spec, _ in
                                                   self.storage.written_partitions(version, table.partition_keys)))
-        published = self._publish(table, version, target)
+        published = self._publish(table, version, target, relations.verify)
         state_schema = T.StructType([f for f in schema.result().fields if f.name in hidden])
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           version, state_schema.json(), read, table.storage.format.lower())
@@ -249,8 +260,12 @@ class Maintainer:
             self.storage.remove(folder, settle_s=FAILED_TASKS_SETTLE_S)
             raise
 
-    def _publish(self, table: MaterializedTable, version: str, target: Target = Target()) -> Storage:
+    def _publish(self, table: MaterializedTable, version: str, target: Target = Target(),
+                 check: Callable[[], None] | None = None) -> Storage:
+        """`check` raises when what was read must not be published."""
         try:
+            if check is not None:
+                check()
             published = self.storage.publish(table, version, target)
         except BaseException:
             self.storage.discard_version(table, version)
@@ -262,8 +277,11 @@ class Maintainer:
 class _Names:
     def __init__(self, nonce: str) -> None:
         self.nonce = nonce
+        self.tables: dict[int, str] = {}       # occurrence → the source's name, read as it is now
 
     def name(self, index: int, version: Version) -> str:
+        if version is Version.NEW and index in self.tables:
+            return self.tables[index]
         return f"mt_{self.nonce}_{index}_{version.value}"
 
 
@@ -279,6 +297,7 @@ class _Relations:
         self._delta_counts: list[Callable[[], int | None]] = []
         self.group = job_group(table)
         self.names = _Names(self.nonce)
+        self.verify: Callable[[], None] | None = None     # before the publish: what was read may be published
         self._scopes = ExitStack()
 
     def __enter__(self) -> _Relations:
@@ -288,10 +307,15 @@ class _Relations:
     def __exit__(self, *exc: object) -> None:
         self._scopes.__exit__(*exc)
 
-    def naming(self, sources: tuple[str, ...], changes: dict[str, SourceDelta],
-               readings: dict[str, Reading]) -> _Names:
+    def naming(self, sources: tuple[str, ...], changes: dict[str, SourceDelta], readings: dict[str, Reading],
+               by_name: bool = False) -> _Names:
+        """`by_name`: the sources Spark reads as listed are read as they are now, by their names."""
         names = self.names
-        self._scopes.enter_context(listed_by_driver(self.spark, (path for source in dict.fromkeys(sources)
+        for index, source in enumerate(sources):
+            if by_name and readings[source].as_listed:
+                names.tables[index] = ".".join(map(quote_identifier, source.split(".", 2)))
+        from_files = dict.fromkeys(s for i, s in enumerate(sources) if i not in names.tables)
+        self._scopes.enter_context(listed_by_driver(self.spark, (path for source in from_files
                                                                  for path in changes[source].files)))
         for index, source in enumerate(sources):
             change, reading = changes[source], readings[source]
