@@ -22,7 +22,8 @@ from mt_magic.catalog.model import ACTIVATED, MaterializedTable
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import MaterializedTableError
 from mt_magic.gateway import Gateway
-from mt_magic.refresh.scheduler import next_fire, zone_named
+from mt_magic.refresh.scheduler import next_fire
+from mt_magic.sql.zones import zone_named
 from mt_magic.spark.session import quiet_library_logs, service_session, session_info
 from mt_magic.sql.freshness import CONTINUOUS, IntervalFreshness
 

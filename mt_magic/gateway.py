@@ -17,6 +17,7 @@ from typing import Any
 from mt_magic import config as cfg
 from mt_magic import errors
 from mt_magic.catalog.lease import Holder, OwnerKind
+from mt_magic.catalog.model import MaterializedTable
 from mt_magic.errors import MaterializedTableError, SparkError, located
 from mt_magic.manager.describe import describe_dict
 from mt_magic.manager.leftovers import SWEEP_EVERY_S, clear_leftovers, sweep_retired
@@ -34,7 +35,7 @@ from mt_magic.spark.history_function import register_history_function
 from mt_magic.spark.session import (active_session, keep_query_errors_in_spark_log, quiet_background_output,
                                     session_info)
 from mt_magic.sql import statements as st
-from mt_magic.sql.parser import parse
+from mt_magic.sql.parser import Cell, parse_cell
 from mt_magic.sql.tokens import line_column
 from mt_magic.sql.statements import quote_identifier, sql_string
 
@@ -60,7 +61,8 @@ class Gateway:
                 "No SparkSession: pass one, e.g. Gateway(SparkSession.builder.getOrCreate()).")
         keep_query_errors_in_spark_log()      # the errors mt_magic handles are said once, in its words
         self._ws = Workspace(spark, catalog_store, config)
-        self.pipelines = Pipelines(self._ws, refresh=lambda name, at: self.refresh(name, schedule_time=at))
+        self.pipelines = Pipelines(self._ws, refresh=lambda identifier, at: self._refresh(
+            self._ws.stored(identifier), at, {}))
         register_history_function(spark, self._ws.store.path)     # SELECT * FROM mt_refresh_history(…)
         self._planner = Planner(self._ws, self.pipelines, Lifecycle(self._ws, self.pipelines))
         self._recovery = Recovery(self.pipelines)
@@ -95,13 +97,17 @@ class Gateway:
         With dry_run, each statement is planned (parsed and validated; Spark analyses the queries) but
         nothing is created, changed or refreshed.
         """
+        return self.run(parse_cell(sql), dry_run)
+
+    def run(self, cell: Cell, dry_run: bool = False) -> list[Result]:
+        """`execute` of a cell read already (the magic reads it once, and asks it what it holds)."""
         results = []
-        statements = parse(sql)
+        statements = cell.statements
         for number, statement in enumerate(statements, 1):
             try:
                 results.append(self._guarded(lambda: self._run(statement, dry_run)))
             except MaterializedTableError as error:
-                error = _in_cell(error, statement, sql)
+                error = _in_cell(error, statement, cell.text)
                 if len(statements) > 1:
                     error.statement = f"statement {number} ({_first_line(statement.text)})"
                 raise error from None
@@ -110,7 +116,7 @@ class Gateway:
     def _run(self, statement, dry_run: bool) -> Result:
         if not dry_run and isinstance(statement, _OWNER_STATEMENTS) and self._ownership.role is Role.CLIENT:
             return self._forward(statement)
-        self._restoring.named_in(statement.text)      # a table the new owner has not put back yet
+        self._restoring.named_in(statement.mentions)      # a table the new owner has not put back yet
         with self._owning, self._ws.analyzer.pinned():
             plan = self._planner.plan(statement)
             return Result.ok(f"Valid: {plan.summary()}.") if dry_run else plan.apply()
@@ -118,17 +124,16 @@ class Gateway:
     # ============================================================ ownership
     def _own(self) -> None:
         with self._owning:
-            self.pipelines.runs.owner = True
+            self.pipelines.own(True)
             quiet_background_output(self.spark)     # background jobs never print into cells
             self._early_warnings = clear_leftovers(self._ws) + self._recovery.restore(self._restoring)
-            self.pipelines.scheduler.every("mt_magic:retired-folders", SWEEP_EVERY_S,
-                                           lambda: sweep_retired(self._ws))
+            self.pipelines.every("mt_magic:retired-folders", SWEEP_EVERY_S, lambda: sweep_retired(self._ws))
             self._restoring.registered(   # a small store is whole when opening returns
                 self._ws.options.duration(cfg.OPEN_WAIT).total_seconds())
 
     def _disown(self) -> None:
         with self._owning:
-            self.pipelines.runs.owner = False
+            self.pipelines.own(False)
             self._restoring.stop()
             self.pipelines.stop_all()
 
@@ -190,21 +195,26 @@ class Gateway:
     def describe(self, name: str) -> dict:
         table = self._ws.load(self._ws.name(name))
         return describe_dict(table, self.pipelines.next_refresh(table),
-                             self.pipelines.runs.chooser.technique(table))
+                             self.pipelines.technique(table))
 
     def refresh(self, name: str, schedule_time: str | None = None,
                 partition: Mapping[str, str] | None = None) -> Result:
         """A manual refresh; with schedule_time, exactly what the scheduler does when it fires then."""
-        table = self._ws.load(self._ws.name(name))
+        return self._refresh(self._ws.load(self._ws.name(name)), schedule_time, dict(partition or {}))
+
+    def _refresh(self, table: MaterializedTable, schedule_time: str | None, partition: dict[str, str]) -> Result:
+        """The one path of a refresh, asked by a user or fired by the scheduler or a change detector."""
         self._restoring.ensure((table.identifier, *table.source_tables))
-        return self._guarded(lambda: self.pipelines.refresh(table, dict(partition or {}), schedule_time))
+        return self._guarded(lambda: self.pipelines.refresh(table, partition, schedule_time))
 
     def backfill(self, name: str, start: str, end: str) -> Result:
         """The scheduled refreshes of every schedule time in [start, end), oldest first (as
         `ALTER MATERIALIZED TABLE name BACKFILL FROM start TO end`)."""
-        quoted = ".".join(quote_identifier(p) for p in self._ws.name(name).parts)
-        return self.execute(f"ALTER MATERIALIZED TABLE {quoted} BACKFILL FROM {sql_string(start)} "
-                            f"TO {sql_string(end)}")[0]
+        named = self._ws.name(name)
+        text = (f"ALTER MATERIALIZED TABLE {'.'.join(map(quote_identifier, named.parts))} BACKFILL FROM "
+                f"{sql_string(start)} TO {sql_string(end)}")      # what a client sends its store's owner
+        statement = st.AlterBackfill(text, named, start=start, end=end, mentions=tuple(p.lower() for p in named.parts))
+        return self._guarded(lambda: self._run(statement, dry_run=False))
 
     def history(self, name: str | None = None, limit: int | None = None) -> list[dict]:
         """Refreshes newest first (of one table, or of all): table, trigger, schedule_time, started,
@@ -212,12 +222,12 @@ class Gateway:
         'auto' weighed (estimate), the rows and bytes an incremental refresh read of the appended files
         (delta_rows, delta_bytes) and the runner (host, pid, application id)."""
         identifier = ".".join(self._ws.identifier(self._ws.name(name))) if name else None
-        return self.pipelines.runs.history.entries(identifier, limit)
+        return self.pipelines.history(identifier, limit)
 
     def progress(self, name: str) -> dict | None:
         """The running streaming job's latest progress (CONTINUOUS tables), else None."""
         table = self._ws.load(self._ws.name(name))
-        progress = self.pipelines.streams.jobs.progress(table.identifier)
+        progress = self.pipelines.progress(table.identifier)
         return None if progress is None else dict(vars(progress))
 
     def status(self) -> list[PipelineState]:

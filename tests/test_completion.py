@@ -125,7 +125,7 @@ def test_completing_starts_no_spark_job(client):
     """Catalog lookups only: `spark.catalog.listTables` and friends start Spark jobs (two each on PySpark
     4.3), the SHOW commands and a table's schema do not. Counted in the kernel's own thread, where the
     completion request runs, on a classic session (over Connect the server's threads run them)."""
-    _, classic, _ = run(client, "from mt_magic.spark.session import is_connect; not is_connect(spark)")
+    _, classic, _ = run(client, "from mt_magic.spark.kind import is_connect; not is_connect(spark)")
     if classic == "True":
         run(client, "spark.sparkContext.setJobGroup('mt-tab', 'completion')")
     run(client, "pass")                      # a cell ran: every name is looked up again

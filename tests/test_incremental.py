@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, TopN, maintenance
-from mt_magic.spark.session import is_connect
+from mt_magic.spark.kind import is_connect
 from mt_magic.storage.compaction import SMALL_FILES_KEPT
 
 SHAPES = {   # name → (query, the plain sources it reads)

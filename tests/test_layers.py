@@ -3,6 +3,7 @@ table of docs/architecture.md names what the code has, in the contracts' order. 
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -63,6 +64,18 @@ def _table_rows() -> list[tuple[str, str]]:
     table = text.split("## Layers", 1)[1].split("\n\n", 2)[1]
     rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
     return [(re.sub(r"[`/]|\.py$", "", name.strip()).removesuffix(".py"), holds) for name, holds in rows]
+
+
+def test_only_spark_tells_a_classic_session_from_a_connect_one():
+    """The design keeps the two kinds of session apart in spark/: elsewhere a question is asked of
+    what a session can do (import-linter cannot forbid one name of a module, so the names are read)."""
+    asking = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "mt_magic").rglob("*.py")
+                    if "spark" not in path.relative_to(ROOT / "mt_magic").parts[:1]
+                    and any(isinstance(node, (ast.Name, ast.alias, ast.Attribute)) and
+                            "is_connect" in (getattr(node, "id", None), getattr(node, "name", None),
+                                             getattr(node, "attr", None))
+                            for node in ast.walk(ast.parse(path.read_text()))))
+    assert asking == [], asking
 
 
 def test_the_architecture_doc_names_every_package_in_the_contracts_order():

@@ -17,7 +17,8 @@ from helpers import table_rows, wait_for
 from mt_magic import Gateway, MaterializedTableError
 from mt_magic.manager.pipelines import RECENT
 from mt_magic.notebook.status import table_statuses
-from mt_magic.refresh.scheduler import RefreshScheduler, zone_named
+from mt_magic.refresh.scheduler import RefreshScheduler
+from mt_magic.sql.zones import zone_named
 from mt_magic.sql.freshness import IntervalFreshness
 
 DAILY = ("CREATE MATERIALIZED TABLE daily PARTITIONED BY (ds) "
@@ -101,7 +102,7 @@ def test_a_fire_that_finds_its_refresh_running_is_queued_once():
 
     scheduler = RefreshScheduler(slow_refresh, lambda *fire: merged.append(fire))
     try:
-        scheduler.schedule("t", "t", IntervalFreshness.parse("1 SECOND"), zone_named("UTC"))
+        scheduler.schedule("t", IntervalFreshness.parse("1 SECOND"), zone_named("UTC"))
         wait_for(lambda: len(runs) >= 3, timeout=30, interval=0.1)
     finally:
         scheduler.shutdown()

@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from mt_magic.spark.catalog import set_table_location
-from mt_magic.spark.session import is_connect
+from mt_magic.spark.kind import is_connect
 
 
 @pytest.mark.parametrize("partitioned", [False, True])

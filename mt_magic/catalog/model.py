@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any
 
 from mt_magic.catalog.handlers import JobHandler, RefreshHandler, handler_document, handler_from_document
+from mt_magic.errors import ValidationError
 from mt_magic.sql.freshness import RefreshMode
 
 SCHEMA_VERSION = 1
@@ -90,6 +92,29 @@ class RefreshOutcome:
 
 
 @dataclass(frozen=True)
+class Target:
+    """What a refresh rewrites: the whole table, the partitions of one spec, or the partitions whose
+    `key` is one of `values` (the partitions whose sources changed)."""
+
+    spec: dict[str, str] = field(default_factory=dict)
+    key: str | None = None
+    values: tuple[str, ...] = ()
+
+    @property
+    def whole(self) -> bool:
+        return not self.spec and self.key is None
+
+    def matches(self, partition: Mapping[str, str]) -> bool:
+        lowered = {k.lower(): v for k, v in partition.items()}
+        return all(lowered.get(k.lower()) == v for k, v in self.spec.items()) and (
+            self.key is None or lowered.get(self.key.lower()) in self.values)
+
+    def describe(self) -> dict[str, str]:
+        """The target as history and DESCRIBE show it: a spec, or key → the changed values."""
+        return dict(self.spec) if self.key is None else {self.key: ", ".join(self.values)}
+
+
+@dataclass(frozen=True)
 class MaterializedTable:
     catalog: str
     database: str
@@ -149,6 +174,22 @@ class MaterializedTable:
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name.lower() == name.lower()), None)
+
+    def check_partition_spec(self, spec: dict[str, str]) -> dict[str, str]:
+        """The spec of a REFRESH … PARTITION, its keys as the table spells them. Spec §4.3, stricter:
+        keys must be partition keys, and of a string type."""
+        keys = {k.lower(): k for k in self.partition_keys}
+        unknown = [k for k in spec if k.lower() not in keys]
+        if unknown:
+            raise ValidationError("The partition spec contains unknown partition keys:\n\n"
+                                  + "\n".join(unknown) + "\n\nAll known partition keys are:\n\n"
+                                  + "\n".join(self.partition_keys))
+        wrong = [k for k in spec if self.column(k).type != "string"]
+        if wrong:
+            raise ValidationError("Currently, refreshing materialized table only supports referring to "
+                                  "char, varchar and string type partition keys. All specified partition "
+                                  "keys in partition specs with unsupported types are:\n\n" + "\n".join(wrong))
+        return {keys[k.lower()]: v for k, v in spec.items()}
 
     def formatter_options(self) -> dict[str, str]:
         """partition.fields.<col>.date-formatter options, by column."""

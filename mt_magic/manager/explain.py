@@ -1,61 +1,44 @@
-"""EXPLAIN of a refresh: what it would do now — the strategy, skip or not and why, the partitions,
-each source's snapshot against the last one — and Spark's plan. Nothing runs, nothing changes."""
+"""EXPLAIN of a refresh: what it would do now — the decision a scheduled refresh and this REFRESH
+would take, each source's snapshot against the last one — and Spark's plan. Nothing runs, nothing
+changes."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mt_magic import config as cfg
+from mt_magic.catalog.history import Technique, Trigger
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.manager.describe import change_detection, strategy_text
 from mt_magic.manager.pipelines import Pipelines
-from mt_magic.refresh.changes import Change, SourceChange, compare, deltas, volatile
+from mt_magic.refresh.changes import SourceChange
+from mt_magic.refresh.decision import RefreshDecision, Situation, decide
 from mt_magic.refresh.full import refresh_frame
 from mt_magic.results import Result
 from mt_magic.spark.plans import physical_plan
 from mt_magic.spark.errors import spark_call
-from mt_magic.storage.versions import Target
 
 COLUMNS = ["item", "value"]
 
 
 def explain_refresh(pipelines: Pipelines, table: MaterializedTable, spec: dict[str, str]) -> Result:
-    runs = pipelines.runs
-    snapshot, files = spark_call(lambda: runs.snapshots.take(table), f"Reading the sources of {table.identifier}")
-    comparison = compare(table.source_snapshot, snapshot, bool(volatile(table)))
-    manifest = runs.manifests.read(table.storage.root, table.source_snapshot)
-    changes = deltas(manifest.listings if manifest else None, files, runs.snapshots.relatives(table))
-    choice = runs.chooser.choose(table, changes, manifest)
+    situation = spark_call(lambda: pipelines.situation(table), f"Reading the sources of {table.identifier}")
+    scheduled = decide(situation, {}, Trigger.SCHEDULED, only_changed=True)
+    asked = decide(situation, spec, Trigger.MANUAL, only_changed=False)
     rows = [("table", table.identifier),
             ("refresh mode", f"{table.refresh_mode} ({strategy_text(table)})" if table.refresh_strategy
              else str(table.refresh_mode)),
             ("change detection", change_detection(table)),
             ("refresh policy", table.options.get(cfg.REFRESH_POLICY, "auto"))]
-    chosen = runs.chooser.technique(table) if choice.incremental else f"full: {choice.reason}"
-    for source in table.source_tables:
-        change = changes[source].change
-        rows.append((f"source {source}", f"{changes[source].describe()} → {chosen}" if change is SourceChange.APPENDED
-                     else "rewritten → full" if change is SourceChange.REWRITTEN
-                     else _source_state(table.source_snapshot.get(source), snapshot[source])))
-    if choice.estimate is not None:
-        rows.append(("cost estimate", choice.estimate.describe()))
-    if comparison.change is Change.NONE:
-        scheduled = "would skip: no source changed since the table last matched them"
-    elif choice.incremental:
-        scheduled = f"would refresh {runs.chooser.technique(table)}"
-    elif comparison.change is Change.PARTITIONS:
-        scheduled = f"would recompute partitions {comparison.key} in ({', '.join(comparison.values)})"
-    else:
-        scheduled = f"would recompute the whole table ({choice.reason})"
-    rows.append(("a scheduled refresh now", scheduled))
-    target = Target(spec)
-    what = ", ".join(f"{k}={v}" for k, v in spec.items()) or "the whole table"
-    rows.append(("this REFRESH", f"would rewrite {what} (a refresh asked for runs whatever changed)"
-                 if spec or comparison.change is Change.NONE or not choice.incremental
-                 else f"would refresh {runs.chooser.technique(table)}"))
-    frame = spark_call(lambda: refresh_frame(pipelines.ws.spark, table, target), table.identifier)
+    rows += [(f"source {source}", _source_text(situation, scheduled, source)) for source in table.source_tables]
+    if scheduled.estimate is not None:
+        rows.append(("cost estimate", scheduled.estimate.describe()))
+    rows += [("a scheduled refresh now", f"would {scheduled.describe()}"),
+             ("this REFRESH", f"would {asked.describe()}")]
+    frame = spark_call(lambda: refresh_frame(pipelines.ws.spark, table, asked.target), table.identifier)
     rows.append(("Spark plan", physical_plan(frame)))
-    return Result.table(COLUMNS, rows, message=f"{table.identifier}: a scheduled refresh now {scheduled}.")
+    return Result.table(COLUMNS, rows, message=f"{table.identifier}: a scheduled refresh now would "
+                                               f"{scheduled.describe()}.")
 
 
 def explain_create(summary: str, definition_query: str, spark: Any) -> Result:
@@ -64,7 +47,17 @@ def explain_create(summary: str, definition_query: str, spark: Any) -> Result:
                                   ("Spark plan", plan)], message=summary)
 
 
-def _source_state(before: dict | None, now: dict) -> str:
+def _source_text(situation: Situation, scheduled: RefreshDecision, source: str) -> str:
+    """The source's change since the data was computed, and what a scheduled refresh does with it."""
+    if scheduled.technique is not Technique.SKIP:
+        delta = situation.changes[source]
+        if delta.change is SourceChange.APPENDED:
+            how = scheduled.rule.describe() if scheduled.technique is Technique.INCREMENTAL and scheduled.rule \
+                else f"full: {scheduled.reason}"
+            return f"{delta.describe()} → {how}"
+        if delta.change is SourceChange.REWRITTEN:
+            return "rewritten → full"
+    before, now = situation.table.source_snapshot.get(source), situation.snapshot[source]
     if now.get("digest") is None:
         return "state unknown (not files): recomputed at every trigger"
     if not before:

@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from mt_magic import config as cfg
-from mt_magic.catalog.history import Trigger
 from mt_magic.catalog.model import ACTIVATED, MaterializedTable
 from mt_magic.errors import ExecutionError
 from mt_magic.manager.pipelines import Pipelines
@@ -38,7 +37,7 @@ class Lifecycle:
             self.ws.storage.create(table, filled_next=filled)
             if filled:
                 step = "running the initial refresh"
-                table, _ = self.pipelines.runs.run(table, {}, Trigger.INITIAL)
+                table = self.pipelines.first_refresh(table)
             step = "starting the continuous refresh job" if continuous else "creating the refresh workflow"
             handler = self.pipelines.start(table, fresh=True)
             table = self.ws.store.update(identifier, lambda t: t.evolve(
@@ -66,11 +65,11 @@ class Lifecycle:
             self.ws.storage.add_columns(updated, len(appended))
         handler = table.refresh_handler
         if continuous:   # §4.5: the new job starts from scratch; a SUSPENDED one will on RESUME
-            self.pipelines.streams.delete_checkpoints(table)
+            self.pipelines.delete_checkpoints(table)
             handler = replace(table.job, restore_path=None, checkpoint_location=None) \
                 if table.job and updated.streams else None
             if table.refresh_status == ACTIVATED:
-                handler = (self.pipelines.streams.start(updated, fresh=True, dynamic_options={}) if updated.streams
+                handler = (self.pipelines.stream_afresh(updated) if updated.streams
                            else self.pipelines.detect_changes(updated, paused=False, dynamic_options={}))
         # A new definition matches no snapshot: the next trigger recomputes all of it.
         self.ws.store.update(table.identifier, lambda t: t.evolve(

@@ -18,19 +18,22 @@ from mt_magic.catalog.history import Trigger
 from mt_magic.catalog.model import ACTIVATED, SUSPENDED, MaterializedTable, Outcome, RefreshOutcome
 from mt_magic.errors import MaterializedTableError, StateError
 from mt_magic.manager.failures import FailureRule
-from mt_magic.manager.runs import Runs, check_partition_spec
+from mt_magic.manager.runs import Runs
 from mt_magic.manager.streams import Streams, checkpoint_of, trigger_seconds
 from mt_magic.manager.upstream import UpstreamWait
 from mt_magic.manager.workspace import Workspace
+from mt_magic.incremental.rules import Rule
 from mt_magic.refresh.continuous import Progress
+from mt_magic.refresh.decision import Situation
 from mt_magic.refresh.full import job_group
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT, periodic_partition
-from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, next_fire, workflow_name, zone_named
+from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, next_fire, workflow_name
 from mt_magic.results import Result
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
 from mt_magic.spark.jobs import cancel_jobs
 from mt_magic.spark.session import session_info
 from mt_magic.sql.freshness import CONTINUOUS, FULL, IntervalFreshness, ModeDecision
+from mt_magic.sql.zones import zone_named
 
 log = logging.getLogger(__name__)
 RECENT = 20                  # history entries the dashboard shows per table
@@ -52,7 +55,7 @@ class PipelineState:
 class Pipelines:
     def __init__(self, ws: Workspace, refresh: Callable[[str, str], object]) -> None:
         self.ws = ws
-        self._refresh_named = refresh
+        self._refresh_fired = refresh     # a fire's refresh, by identifier, on the path `Gateway.refresh` takes
         self.runs = Runs(ws)
         self.failures = FailureRule(ws)
         self.scheduler = RefreshScheduler(refresh, self.runs.coalesced, ready=lambda n, at: self.upstream.ready(n, at))
@@ -70,11 +73,68 @@ class Pipelines:
         identifier = table.identifier
         runs = self.runs
         return PipelineState(table, self.next_refresh(table), identifier in runs.running,
-                             self.streams.jobs.progress(identifier) if table.streams else None,
+                             self.progress(identifier) if table.streams else None,
                              runs.matched.get(identifier), tuple(runs.history.entries(identifier, RECENT)))
 
     def refreshing(self, identifier: str) -> bool:
         return identifier in self.runs.running
+
+    def situation(self, table: MaterializedTable) -> Situation:
+        """What a refresh of `table` would decide by now (EXPLAIN decides by it as the run does)."""
+        return self.runs.situation(table)
+
+    def rule(self, table: MaterializedTable) -> Rule:
+        """The delta rule of the table's query, as Spark judged it."""
+        return self.runs.chooser.rule(table)
+
+    def technique(self, table: MaterializedTable, judged: bool = True) -> str:
+        return self.runs.chooser.technique(table, judged)
+
+    def strategy(self, table: MaterializedTable) -> MaterializedTable:
+        """A CONTINUOUS table with how it keeps up (a stream, or a recompute on change)."""
+        return self.streams.strategy(table)
+
+    def begin(self, table: MaterializedTable | None = None, sources: tuple[str, ...] = ()) -> None:
+        """Send what a first refresh asks Spark (of the table, or where these sources live) now,
+        not waiting: over Connect the answers come while the statement goes on."""
+        if table is not None:
+            self.runs.begin(table)
+        if sources:
+            self.runs.snapshots.begin(sources)
+
+    def first_refresh(self, table: MaterializedTable) -> MaterializedTable:
+        return self.runs.run(table, {}, Trigger.INITIAL)[0]
+
+    def history(self, identifier: str | None, limit: int | None) -> list[dict]:
+        return self.runs.history.entries(identifier, limit)
+
+    def progress(self, identifier: str) -> Progress | None:
+        return self.streams.jobs.progress(identifier)
+
+    def streaming(self, identifier: str) -> bool:
+        return self.streams.running(identifier)
+
+    def stream_failed(self, identifier: str, message: str) -> None:
+        """A streaming job that could not start: retried, or the table suspended (the failure rule)."""
+        self.streams.failed(identifier, message)
+
+    def stream_afresh(self, table: MaterializedTable) -> RefreshHandler:
+        """A new streaming job for a new definition (§4.5): from scratch, no dynamic options."""
+        return self.streams.start(table, fresh=True, dynamic_options={})
+
+    def delete_checkpoints(self, table: MaterializedTable) -> None:
+        self.streams.delete_checkpoints(table)
+
+    def every(self, name: str, seconds: float, job: Callable[[], object]) -> None:
+        """A housekeeping job of the store's owner, on the refresh scheduler's thread."""
+        self.scheduler.every(name, seconds, job)
+
+    def once(self, name: str, job: Callable[[], object]) -> None:
+        self.scheduler.run_once(name, 0, job)
+
+    def own(self, owner: bool) -> None:
+        """This process runs the store's pipelines, and sweeps what refreshes leave (or no longer)."""
+        self.runs.owner = owner
 
     def next_refresh(self, table: MaterializedTable) -> datetime | None:
         """The scheduler's next fire where this process owns the store; a client computes it from the
@@ -107,24 +167,24 @@ class Pipelines:
         """Recompute on change: every trigger compares the sources' snapshots, through the public
         refresh path (as a FULL table's cron fire)."""
         trigger = trigger_seconds(self.ws, table)
-        name = table.quoted
-        self.scheduler.every(table.identifier, trigger, lambda: self._fire_change(name), paused=paused)
+        identifier = table.identifier
+        self.scheduler.every(identifier, trigger, lambda: self._fire_change(identifier), paused=paused)
         info = session_info(self.ws.spark)
         return RecomputeHandler(table.identifier, trigger, info.master, info.application_id,
                                 dict(dynamic_options))
 
-    def _fire_change(self, name: str) -> None:
+    def _fire_change(self, identifier: str) -> None:
         try:
-            self._refresh_named(name, datetime.now(self.ws.zone()).strftime(SCHEDULE_TIME_FORMAT))
+            self._refresh_fired(identifier, datetime.now(self.ws.zone()).strftime(SCHEDULE_TIME_FORMAT))
         except (MaterializedTableError, *SPARK_ERRORS) as error:     # recorded; the thread goes on
-            log.warning("Change refresh of %s: %s", name, spark_message(error))
+            log.warning("Change refresh of %s: %s", identifier, spark_message(error))
 
     def schedule(self, table: MaterializedTable, paused: bool, dynamic_options: dict,
                  zone: tzinfo | None = None) -> ScheduleHandler:
         freshness = IntervalFreshness.parse(table.freshness)
         zone = zone or self.ws.zone()
         info = session_info(self.ws.spark)
-        self.scheduler.schedule(table.identifier, table.quoted, freshness, zone, paused=paused)
+        self.scheduler.schedule(table.identifier, freshness, zone, paused=paused)
         return ScheduleHandler(workflow_name(table.quoted), WORKFLOW_GROUP, table.identifier,
                                freshness.quartz_cron(), str(zone), info.master, info.application_id,
                                dict(dynamic_options))
@@ -198,7 +258,7 @@ class Pipelines:
                 if trigger in (None, Trigger.CATCH_UP):      # a backfill's order is the user's
                     self.upstream.wait(table, schedule_time)
         trigger = trigger or (Trigger.SCHEDULED if schedule_time is not None else Trigger.MANUAL)
-        table, last = self._attempts(table, check_partition_spec(table, spec), trigger, schedule_time)
+        table, last = self._attempts(table, table.check_partition_spec(spec), trigger, schedule_time)
         info = session_info(self.ws.spark)
         target = ", ".join(f"{k}={v}" for k, v in last.partition.items()) or "whole table"
         done = (f"Skipped {table.identifier}: no source changed since its last refresh." if

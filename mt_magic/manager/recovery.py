@@ -71,15 +71,15 @@ class Recovery:
             if policy == "latest":
                 missed = missed[-1:]
             if missed:
-                self.pipelines.scheduler.run_once(f"catch-up:{table.identifier}", 0,
-                                                  lambda t=table.identifier, m=tuple(missed): self._catch_up(t, m))
+                self.pipelines.once(f"catch-up:{table.identifier}",
+                                    lambda t=table.identifier, m=tuple(missed): self._catch_up(t, m))
 
     def missed_fires(self, table: MaterializedTable, now: datetime) -> list[str]:
         """The table's fire times after the last one that ran (or its creation), up to `now` (in the
         session time zone)."""
         zone = now.tzinfo
         ran = [datetime.strptime(e["schedule_time"], SCHEDULE_TIME_FORMAT).replace(tzinfo=zone)
-               for e in self.pipelines.runs.history.entries(table.identifier, 500)
+               for e in self.pipelines.history(table.identifier, 500)
                if e.get("schedule_time") and e["trigger"] in (Trigger.SCHEDULED, Trigger.CATCH_UP)]
         # Runs of an earlier table of the same name (dropped, created again) are in the history too.
         after = max([datetime.fromisoformat(table.created_at).astimezone(zone), *ran])

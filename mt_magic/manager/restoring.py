@@ -11,7 +11,6 @@ the statement does (a DROP, a publish) is never undone by the batch's DDL arrivi
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable
 
@@ -23,7 +22,6 @@ from mt_magic.storage.registry import SCRIPT_BATCH, Registration
 
 log = logging.getLogger(__name__)
 WORKERS = 2              # scripts of DDL side by side: Spark's driver spends its time in each statement
-_NAME = re.compile(r"`((?:[^`]|``)+)`|([A-Za-z_][A-Za-z0-9_]*)")
 
 
 class Restoring:
@@ -89,14 +87,13 @@ class Restoring:
             self._failed.discard(identifier)
 
     # --------------------------------------------------------------- waiting
-    def named_in(self, text: str) -> None:
-        """Wait for the tables a statement's text may name (a name it holds in any part counts: at
-        worst a table is put back a moment early)."""
+    def named_in(self, mentions: Iterable[str]) -> None:
+        """Wait for the tables a statement may name: the words and quoted names of its text, lower-cased
+        (a name it holds in any part counts: at worst a table is put back a moment early)."""
         with self._guard:
             waiting = list(self._waiting.values())
         if waiting:
-            names = {(quoted.replace("``", "`") if quoted else plain).lower()
-                     for quoted, plain in _NAME.findall(text)}
+            names = set(mentions)
             self.ensure([t.identifier for t in waiting if t.name.lower() in names])
 
     def ensure(self, identifiers: Iterable[str]) -> None:
@@ -173,12 +170,12 @@ class Restoring:
             with self.ws.lock(table.identifier):
                 current = self.ws.store.get(table.identifier)
                 if current is None or not current.streams or current.refresh_status != ACTIVATED or \
-                        pipelines.streams.running(current.identifier):
+                        pipelines.streaming(current.identifier):
                     return                 # dropped, suspended or restarted meanwhile
                 try:
                     handler = pipelines.start(current, fresh=False)
                 except (MaterializedTableError, *SPARK_ERRORS) as error:
-                    pipelines.streams.failed(current.identifier, spark_message(error))   # retried, or suspended
+                    pipelines.stream_failed(current.identifier, spark_message(error))   # retried, or suspended
                     raise
                 self.ws.store.update(current.identifier, lambda t: t.evolve(refresh_handler=handler))
         except (MaterializedTableError, *SPARK_ERRORS) as error:

@@ -9,29 +9,36 @@ import os
 import socket
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from mt_magic import config as cfg
 from mt_magic.catalog.history import RefreshEntry, RefreshHistory, Runner, Technique, Trigger
 from mt_magic.catalog.model import MaterializedTable, Outcome, RefreshOutcome, now_iso
-from mt_magic.errors import ExecutionError, MaterializedTableError, TableNotFoundError, ValidationError
+from mt_magic.errors import ExecutionError, MaterializedTableError, TableNotFoundError
 from mt_magic.manager.failures import cleared
 from mt_magic.manager.workspace import Workspace
-from mt_magic.refresh.changes import (Change, Snapshot, SourceChange, SourceDelta, Snapshots, compare, deltas,
-                                      volatile)
+from mt_magic.refresh.changes import Change, Snapshot, SourceChange, Snapshots
+from mt_magic.refresh.choice import Chooser, Known
+from mt_magic.refresh.decision import RefreshDecision, Situation, decide
 from mt_magic.refresh.full import run_refresh
-from mt_magic.refresh.choice import Choice, Chooser
 from mt_magic.refresh.incremental import Maintained, Maintainer
-from mt_magic.storage.manifests import Manifest, Manifests
-from mt_magic.spark.catalog import refresh_listings
+from mt_magic.storage.manifests import Manifests
+from mt_magic.spark.catalog import forgetting_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import error_text, spark_call
-from mt_magic.spark.session import is_connect, session_info
-from mt_magic.storage.versions import Target
+from mt_magic.spark.session import session_info
 from mt_magic.sql.freshness import IntervalFreshness
 
 log = logging.getLogger(__name__)
 READ_ATTEMPTS = 3           # reads of sources that kept changing under a refresh, before it fails
+
+
+@dataclass(frozen=True)
+class _Started:
+    at: str                     # when, for the record
+    clock: float                # time.monotonic() then
+    schedule_time: str | None
 
 
 class _Moved(Exception):
@@ -58,104 +65,107 @@ class Runs:
         self.chooser.begin(table)
         self.snapshots.begin(table.source_tables)
 
+    def situation(self, table: MaterializedTable, whole: bool = True) -> Situation:
+        """What a refresh of `table` knows now, to decide by (the run and EXPLAIN alike). `whole`: the
+        refresh may rewrite the whole table, so what choosing asks Spark is sent now, beside the
+        snapshot (over Connect the requests travel together)."""
+        preparing = alongside(self.ws.spark, self.chooser.prepare, table) if whole else None
+        snapshot, listings = self._steady_snapshot(table)
+
+        def known(situation: Situation) -> Known:
+            if preparing is not None:
+                preparing.result()
+            return self.chooser.known(table, situation.changes, situation.manifest)
+        return Situation(table, snapshot, listings, lambda: self.manifests.read(table.storage.root, table.source_snapshot),
+                         self.snapshots.relatives(table), known)
+
     def run(self, table: MaterializedTable, spec: dict[str, str], trigger: Trigger,
             schedule_time: str | None = None, only_changed: bool = False) -> tuple[MaterializedTable, RefreshOutcome]:
-        """One refresh at a time per table; the outcome is recorded either way, in the record and
-        in the history. `only_changed`: nothing runs when no source changed (a FULL table records
-        the skip), and only the changed partitions are rewritten where the sources tell them."""
+        """One refresh at a time per table: what it knows, the decision (`decide`), the run, and its
+        record in the catalog store and the history, whatever the outcome."""
         identifier = table.identifier
         with self.ws.lock(identifier):
             current = self.ws.store.get(identifier)
             if current is None:
                 raise TableNotFoundError(f"Materialized table {identifier} was dropped.")
+            started = _Started(now_iso(), time.monotonic(), schedule_time)
+            listings = forgetting_listings(self.ws.spark, current.source_tables) \
+                if self.snapshots.looks_up(current) else None
+            situation = self.situation(current, whole=not spec and trigger is not Trigger.BACKFILL)
+            decision = decide(situation, spec, trigger, only_changed)
+            if decision.technique is Technique.SKIP:
+                return current, self._skipped(current, trigger, decision, started)
             dynamic = current.dynamic_options if trigger in (Trigger.SCHEDULED, Trigger.CATCH_UP) else {}
-            started_at, started = now_iso(), time.monotonic()
-            # When the snapshot asks the catalog where the sources live (after a change it does), a
-            # Connect session forgets its cached listings of them at the same time (the two requests
-            # travel together): a refresh reads what is there now. A classic session forgets them when
-            # a refresh reads the tables (not a skip, nor a refresh from the listed files).
-            listings = alongside(self.ws.spark, refresh_listings, self.ws.spark, current.source_tables) \
-                if is_connect(self.ws.spark) and self.snapshots.looks_up(current) else None
-            whole = not spec and trigger is not Trigger.BACKFILL
-            preparing = alongside(self.ws.spark, self.chooser.prepare, current) if whole else None
-            # Taken before the refresh reads, of sources no job is writing into.
-            snapshot, files = self._steady_snapshot(current)
-            comparison = compare(current.source_snapshot, snapshot, bool(volatile(current)))
-            target = Target(spec)
-            if only_changed and comparison.change is Change.NONE:
-                outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.SKIPPED, None, spec,
-                                         schedule_time)
-                self.matched[identifier] = time.time()    # the data is as fresh as now
-                if trigger is not Trigger.CHANGE:     # a CONTINUOUS table's idle triggers are not news
-                    self.record(current, trigger, outcome, Technique.SKIP)
-                return current, outcome
-            root = current.storage.root
-            manifest = self.manifests.read(root, current.source_snapshot)
-            changes = deltas(manifest.listings if manifest else None, files, self.snapshots.relatives(current))
-            sources = {name: delta.describe() for name, delta in changes.items()} \
-                if comparison.change is not Change.NONE else {}
-            if preparing is not None:
-                preparing.result()
-            choice = self.chooser.choose(current, changes, manifest, rebuild=comparison.change is Change.NONE
-                                            and not only_changed) if whole else None
-            if choice is None or not choice.incremental:
-                if only_changed and not spec and comparison.change is Change.PARTITIONS:
-                    target = Target(key=comparison.key, values=comparison.values)
-            technique = Technique.INCREMENTAL if choice and choice.incremental else \
-                Technique.FULL if target.whole else Technique.PARTITIONS
-            reason = choice.reason if choice and technique is not Technique.INCREMENTAL else None
             self.running.add(identifier)
             try:
-                maintained, read = self._run(current, target, choice, changes, manifest, dynamic, listings,
-                                             snapshot)
-                if read is not None:      # the sources changed while it read: it read them again
-                    snapshot, files = read
+                maintained, read = self._execute(situation, decision, dynamic, listings)
             except BaseException as error:
-                message = error_text(error)
-                outcome = RefreshOutcome(started_at, time.monotonic() - started, Outcome.FAILED, None,
-                                         target.describe(), schedule_time, message)
-                self.ws.store.update(identifier, lambda t: t.with_refresh(outcome))
-                self.record(current, trigger, outcome, technique, sources, reason, weighed(choice))
-                if isinstance(error, MaterializedTableError):
-                    raise ExecutionError(f"Refreshing the materialized table {identifier} failed: "
-                                         f"{message}") from None
+                self._failed(current, trigger, decision, started, error)
                 raise
             finally:
                 self.running.discard(identifier)
-                if comparison.change is not Change.NONE:
+                if situation.comparison.change is not Change.NONE:
                     self.snapshots.forget(current)  # a changed source may have moved: asked again next time
-            result = maintained.result
-            outcome = RefreshOutcome(started_at, result.duration_s, Outcome.SUCCEEDED, result.rows,
-                                     target.describe(), schedule_time)
-            # The table matches the sources after a refresh of all it could have changed in (what it
-            # read is what the snapshot listed: the files themselves, or a steady state); a partial one
-            # whose sources changed as it read may not have rewritten every partition that changed.
-            matched = snapshot if target.whole or read is None and (
-                target.key or comparison.change is Change.NONE) else {}
-            if matched:         # the files behind the snapshot, beside the data, before the record names it
-                self.manifests.write(root, matched, maintained.manifest(files))
-            updated = self.ws.store.update(identifier, lambda t: cleared(t.with_refresh(
-                outcome, storage=result.storage, source_snapshot=matched, published_at=now_iso())))
-            self.manifests.keep_only(root, matched)
-            self.record(current, trigger, outcome, technique, sources, reason,
-                        weighed(choice) | delta_read(technique, changes, maintained))
-            if self.owner:       # leftovers are the owner's to sweep, never a client's
-                self.ws.storage.sweep(updated, self.ws.retention_s(), just_published=True)
-            return updated, outcome
+            return self._succeeded(situation, decision, trigger, started, maintained, read)
 
-    def _run(self, table: MaterializedTable, target: Target, choice: Choice | None,
-             changes: dict[str, SourceDelta], manifest: Manifest | None, dynamic: dict[str, str],
-             listings: Future | None, snapshot: Snapshot) -> tuple[Maintained, tuple[Snapshot, dict] | None]:
-        """The refresh itself, by the technique chosen; with the snapshot of what it read where that
-        is not `snapshot` (it read again)."""
-        if choice is not None and choice.incremental:
+    def _skipped(self, table: MaterializedTable, trigger: Trigger, decision: RefreshDecision,
+                 started: _Started) -> RefreshOutcome:
+        outcome = RefreshOutcome(started.at, time.monotonic() - started.clock, Outcome.SKIPPED, None,
+                                 decision.target.describe(), started.schedule_time)
+        self.matched[table.identifier] = time.time()    # the data is as fresh as now
+        if trigger is not Trigger.CHANGE:     # a CONTINUOUS table's idle triggers are not news
+            self.record(table, trigger, outcome, decision)
+        return outcome
+
+    def _failed(self, table: MaterializedTable, trigger: Trigger, decision: RefreshDecision, started: _Started,
+                error: BaseException) -> None:
+        """Recorded; a refresh's own error raised as the user reads it (any other is raised as it is)."""
+        message = error_text(error)
+        outcome = RefreshOutcome(started.at, time.monotonic() - started.clock, Outcome.FAILED, None,
+                                 decision.target.describe(), started.schedule_time, message)
+        self.ws.store.update(table.identifier, lambda t: t.with_refresh(outcome))
+        self.record(table, trigger, outcome, decision)
+        if isinstance(error, MaterializedTableError):
+            raise ExecutionError(f"Refreshing the materialized table {table.identifier} failed: {message}") from None
+
+    def _succeeded(self, situation: Situation, decision: RefreshDecision, trigger: Trigger, started: _Started,
+                   maintained: Maintained, read: tuple[Snapshot, dict] | None) -> tuple[MaterializedTable,
+                                                                                      RefreshOutcome]:
+        """`read`: the snapshot of what the run read, where the sources changed as it read them."""
+        table, target, result = situation.table, decision.target, maintained.result
+        snapshot, files = read or (situation.snapshot, situation.listings)
+        outcome = RefreshOutcome(started.at, result.duration_s, Outcome.SUCCEEDED, result.rows, target.describe(),
+                                 started.schedule_time)
+        # The table matches the sources after a refresh of all it could have changed in (what it
+        # read is what the snapshot listed: the files themselves, or a steady state); a partial one
+        # whose sources changed as it read may not have rewritten every partition that changed.
+        matched = snapshot if target.whole or read is None and (
+            target.key or situation.comparison.change is Change.NONE) else {}
+        root = table.storage.root
+        if matched:         # the files behind the snapshot, beside the data, before the record names it
+            self.manifests.write(root, matched, maintained.manifest(files))
+        updated = self.ws.store.update(table.identifier, lambda t: cleared(t.with_refresh(
+            outcome, storage=result.storage, source_snapshot=matched, published_at=now_iso())))
+        self.manifests.keep_only(root, matched)
+        self.record(table, trigger, outcome, decision, delta_read(decision, situation, maintained))
+        if self.owner:       # leftovers are the owner's to sweep, never a client's
+            self.ws.storage.sweep(updated, self.ws.retention_s(), just_published=True)
+        return updated, outcome
+
+    def _execute(self, situation: Situation, decision: RefreshDecision, dynamic: dict[str, str],
+                 listings: Future | None) -> tuple[Maintained, tuple[Snapshot, dict] | None]:
+        """The refresh itself, as decided; with the snapshot of what it read where that is not the
+        situation's (it read again)."""
+        table, snapshot = situation.table, situation.snapshot
+        if decision.technique is Technique.INCREMENTAL:
             if listings is not None:
                 listings.result()
-            return self.maintainer.maintain(table, choice.rule, changes, choice.readings, manifest), None
+            return self.maintainer.maintain(table, decision.rule, situation.changes, decision.readings,
+                                            situation.manifest), None
         read = None
-        if choice is not None and choice.reads_listed and target.whole and not dynamic:
+        if decision.reads_listed and not dynamic:
             try:
-                return self.maintainer.recompute(table, choice.rule, changes, choice.readings, listings,
+                return self.maintainer.recompute(table, decision.rule, situation.changes, decision.readings, listings,
                                                  verify=lambda: self._held_still(table, snapshot)), None
             except MaterializedTableError:
                 if not self._moved(table, snapshot):
@@ -171,7 +181,7 @@ class Runs:
             # Spark lists the sources' files itself as it plans: what it read is what the snapshot
             # lists only if the sources held still meanwhile; else nothing is published, and it reads again.
             try:
-                result = run_refresh(self.ws.spark, self.ws.storage, table, target, dynamic, listings,
+                result = run_refresh(self.ws.spark, self.ws.storage, table, decision.target, dynamic, listings,
                                      verify=lambda: self._held_still(table, snapshot))
                 return Maintained(result), read
             except _Moved as moved:
@@ -208,26 +218,27 @@ class Runs:
         if changed:
             raise _Moved(", ".join(changed))
 
-    def record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome, technique: Technique,
-               sources: dict[str, str] | None = None, reason: str | None = None,
+    def record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome, decision: RefreshDecision,
                measures: dict | None = None) -> None:
-        """`measures`: what the cost rule weighed, and the rows and bytes read of the appended files."""
+        """The run in the history as it was decided; `measures`: the rows and bytes read of the
+        appended files."""
         identifier = table.identifier
         finished = now_iso()
+        estimate = {"estimate": decision.estimate.describe()} if decision.estimate is not None else {}
         self.history.record(RefreshEntry(
             identifier, trigger, outcome.schedule_time, outcome.started_at, finished, outcome.outcome,
             outcome.rows, self.runner(), outcome.partition, outcome.error,
-            self._lag(identifier, outcome, finished), freshness_s(table), reason=reason, technique=technique,
-            sources=sources or {}, **(measures or {})))
+            self._lag(identifier, outcome, finished), freshness_s(table), reason=decision.reason,
+            technique=decision.technique, sources=decision.sources, **estimate, **(measures or {})))
         log.info("Refresh of %s (%s%s): %s, %s rows in %.2f s%s", identifier, trigger,
                  f" {outcome.schedule_time}" if outcome.schedule_time else "", outcome.outcome,
                  outcome.rows if outcome.rows is not None else "no", outcome.duration_s,
                  f": {outcome.error}" if outcome.error else "")
 
-    def coalesced(self, name: str, schedule_time: str, into: str) -> None:
+    def coalesced(self, identifier: str, schedule_time: str, into: str) -> None:
         """A fire that waited behind a running refresh and was merged into a later fire: in the history,
         so that no fire disappears silently."""
-        table = self.ws.store.get(".".join(self.ws.identifier(self.ws.name(name))))
+        table = self.ws.store.get(identifier)
         if table is None:
             return
         moment = now_iso()
@@ -261,17 +272,13 @@ class Runs:
         return _seconds_between(last["started"], finished) if last else None
 
 
-def weighed(choice: Choice | None) -> dict:
-    return {"estimate": choice.estimate.describe()} if choice is not None and choice.estimate else {}
-
-
-def delta_read(technique: Technique, changes: dict[str, SourceDelta], maintained: Maintained) -> dict:
+def delta_read(decision: RefreshDecision, situation: Situation, maintained: Maintained) -> dict:
     """An incremental refresh's reading of the appended files: rows counted as they were read, bytes
     from the listings."""
-    if technique is not Technique.INCREMENTAL:
+    if decision.technique is not Technique.INCREMENTAL:
         return {}
-    return {"delta_rows": maintained.delta_rows,
-            "delta_bytes": sum(d.added_bytes for d in changes.values() if d.change is SourceChange.APPENDED)}
+    return {"delta_rows": maintained.delta_rows, "delta_bytes": sum(
+        d.added_bytes for d in situation.changes.values() if d.change is SourceChange.APPENDED)}
 
 
 def freshness_s(table: MaterializedTable) -> float:
@@ -280,19 +287,3 @@ def freshness_s(table: MaterializedTable) -> float:
 
 def _seconds_between(start: str, end: str) -> float:
     return round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 3)
-
-
-def check_partition_spec(table: MaterializedTable, spec: dict[str, str]) -> dict[str, str]:
-    """Spec §4.3, stricter: keys must be partition keys, and of a string type."""
-    keys = {k.lower(): k for k in table.partition_keys}
-    unknown = [k for k in spec if k.lower() not in keys]
-    if unknown:
-        raise ValidationError("The partition spec contains unknown partition keys:\n\n"
-                              + "\n".join(unknown) + "\n\nAll known partition keys are:\n\n"
-                              + "\n".join(table.partition_keys))
-    wrong = [k for k in spec if table.column(k).type != "string"]
-    if wrong:
-        raise ValidationError("Currently, refreshing materialized table only supports referring to "
-                              "char, varchar and string type partition keys. All specified partition "
-                              "keys in partition specs with unsupported types are:\n\n" + "\n".join(wrong))
-    return {keys[k.lower()]: v for k, v in spec.items()}

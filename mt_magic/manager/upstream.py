@@ -29,10 +29,10 @@ class UpstreamWait:
         self._deadlines: dict[tuple[str, str], float] = {}    # (table, schedule time) → monotonic end
         self._guard = threading.Lock()
 
-    def ready(self, name: str, schedule_time: str) -> bool:
-        """The fire of table `name` at `schedule_time` may run now: nothing it reads is still due for
-        that fire, or it waited as long as it may (then a refresh of it does not wait again)."""
-        table = self.ws.store.get(".".join(self.ws.identifier(self.ws.name(name))))
+    def ready(self, identifier: str, schedule_time: str) -> bool:
+        """The fire of the table at `schedule_time` may run now: nothing it reads is still due for that
+        fire, or it waited as long as it may (then a refresh of it does not wait again)."""
+        table = self.ws.store.get(identifier)
         if table is None or table.refresh_mode != FULL or not self._upstream(table):
             return True         # nothing to wait for, and nothing kept for the refresh to take
         if self._pending(table, schedule_time) and time.monotonic() < self._deadline(table, schedule_time):

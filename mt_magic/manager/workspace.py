@@ -11,7 +11,6 @@ from mt_magic.catalog.model import INITIALIZING, MaterializedTable
 from mt_magic.catalog.pending import PendingWrites
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import StateError, TableNotFoundError, ValidationError
-from mt_magic.refresh.scheduler import zone_named
 from mt_magic.spark.analysis import QueryAnalyzer
 from mt_magic.spark.catalog import TableLookup, lookup_table
 from mt_magic.spark.session import conf_value
@@ -19,7 +18,8 @@ from mt_magic.spark.session_catalog import SESSION_CATALOG
 from mt_magic.storage.versions import TableStorage
 from mt_magic.sql import statements as st
 from mt_magic.sql.freshness import IntervalFreshness, ModeDecision, derive_refresh_mode
-from mt_magic.sql.parser import parse
+from mt_magic.sql.parser import parse_name
+from mt_magic.sql.zones import zone_named
 
 
 def check_folder_names(parts: tuple[str, str, str]) -> tuple[str, str, str]:
@@ -45,9 +45,8 @@ class Workspace:
 
     # ------------------------------------------------------------- names
     def name(self, text: str) -> st.ObjectName:
-        """A table name typed by a user or passed by the scheduler, read by the statement parser."""
-        statement = parse(f"DROP MATERIALIZED TABLE {text}")
-        return statement[0].name  # type: ignore[attr-defined]
+        """A table name a user typed (an argument of the Python API, an option naming tables)."""
+        return parse_name(text)
 
     def identifier(self, name: st.ObjectName) -> tuple[str, str, str]:
         catalog, database, table = check_folder_names(self.analyzer.resolve(name))
@@ -55,6 +54,13 @@ class Workspace:
             raise ValidationError(f"Materialized table {'.'.join((catalog, database, table))}: only the "
                                   f"session catalog '{SESSION_CATALOG}' can hold materialized tables.")
         return catalog, database, table
+
+    def stored(self, identifier: str) -> MaterializedTable:
+        """The record of a table known by its identifier (a scheduler's fire): gone if dropped meanwhile."""
+        table = self.store.get(identifier)
+        if table is None:
+            raise TableNotFoundError(f"Materialized table with identifier {identifier} does not exist.")
+        return table
 
     def load(self, name: st.ObjectName) -> MaterializedTable:
         parts = self.identifier(name)

@@ -19,11 +19,10 @@ from mt_magic.notebook.progress import progress_observer
 from mt_magic.notebook.status import owner_text
 from mt_magic.notebook.variables import substitute
 from mt_magic.spark.jobs import JOB_OBSERVER
-from mt_magic.spark.session import (active_session, is_session, restore_client_logs, session_info,
-                                    silence_client_logs)
-from mt_magic.sql.parser import parse
+from mt_magic.spark.kind import is_session
+from mt_magic.spark.session import active_session, restore_client_logs, session_info, silence_client_logs
+from mt_magic.sql.parser import parse_cell
 from mt_magic.sql.statements import CreateMaterializedTable
-from mt_magic.sql.tokens import tokenize
 
 _STATE_KEY = "_mt_magic_magics"
 _QUIET_LOGGERS = ("mt_magic", "apscheduler")
@@ -148,8 +147,7 @@ class MtMagics(Magics):
         args = parse_argstring(self.mtsql, flags)
         verbose = args.verbose or self.verbose_errors
         try:
-            result = self._dispatch(args, sql)
-            return None if _silenced(sql) else result
+            return self._dispatch(args, sql)
         except MaterializedTableError as error:
             if verbose:
                 raise VerboseError(str(error)) from error
@@ -160,22 +158,23 @@ class MtMagics(Magics):
         words = sql.split()
         if words and words[0].lower() == "dashboard":
             return self._dashboard(words[1:])
-        sql = substitute(sql, self.shell.user_ns)
-        if not sql.strip():
+        cell = parse_cell(substitute(sql, self.shell.user_ns))
+        if not cell.text.strip():
             return None
         token = JOB_OBSERVER.set(self._progress())
         try:
-            results = gateway.execute(sql, dry_run=args.dry_run)
+            results = gateway.run(cell, dry_run=args.dry_run)
         finally:
             JOB_OBSERVER.reset(token)
             self.dashboards.sync()
         view = ResultView(results, self.display_limit) if results else None
         if args.out and view is not None:
             self.shell.user_ns[args.out] = view
-        if self.show_dashboard and not args.dry_run and _creates(sql):
+        if self.show_dashboard and not args.dry_run and \
+                any(isinstance(s, CreateMaterializedTable) for s in cell.statements):
             display(view)
-            return self.dashboards.open()
-        return view
+            return None if cell.silenced else self.dashboards.open()
+        return None if cell.silenced else view
 
     def _dashboard(self, words: list[str]):
         if len(words) > 1:
@@ -196,17 +195,6 @@ class MtMagics(Magics):
         if self.gateway is not None:
             self.gateway.close()
             self.gateway = None
-
-
-def _silenced(sql: str) -> bool:
-    """A trailing ';'. Not IPython's @output_can_be_silenced: it tokenizes the cell as Python, and
-    SQL's free indentation raises IndentationError there."""
-    tokens = tokenize(sql)
-    return bool(tokens) and tokens[-1].is_symbol(";")
-
-
-def _creates(sql: str) -> bool:
-    return any(isinstance(s, CreateMaterializedTable) for s in parse(sql))
 
 
 def _split_line(line: str, parser) -> tuple[str, str]:

@@ -69,11 +69,18 @@ class Choice:
     readings: dict[str, Reading] = field(default_factory=dict)
     estimate: Estimate | None = None        # what the cost rule weighed, where it did
 
-    @property
-    def reads_listed(self) -> bool:
-        """A full refresh from exactly the files listed (and for a stateful rule, its state too): what
-        it read is what the snapshot says, and it lists them itself."""
-        return not self.incremental and not isinstance(self.rule, Recompute) and bool(self.readings)
+
+@dataclass(frozen=True)
+class Known:
+    """What choosing a technique asks Spark and the files: the rule, each source's reading (or why
+    its files cannot be read alone), whether the state named by the manifest exists, and the cost
+    rule's estimate where it can be made (None elsewhere)."""
+
+    rule: Rule
+    readings: dict[str, Reading | str]
+    state_kept: bool = False
+    estimate: Estimate | None = None
+
 
 
 class Chooser:
@@ -201,41 +208,21 @@ class Chooser:
             return f"full: '{REFRESH_POLICY}' = 'full'"
         return (self.rule(table) if judged else _unjudged(table)).describe()
 
-    def choose(self, table: MaterializedTable, changes: dict[str, SourceDelta],
-               manifest: Manifest | None, rebuild: bool = False) -> Choice:
-        """Incremental when the rule holds, every source is unchanged or appended and can be read
-        alone, and an aggregate's state is at hand; otherwise full, saying why. `rebuild`: asked to
-        refresh with no source changed, which recomputes (a user's way to rebuild the data)."""
+    def known(self, table: MaterializedTable, changes: dict[str, SourceDelta], manifest: Manifest | None) -> Known:
+        """What choosing a technique asks Spark and the files (`decision.choose` decides with it): the
+        rule, each source's reading, whether the manifest's state exists, and — where only appends
+        happened, under the cost rule — its estimate."""
         rule = self.rule(table)
-        if table.options.get(REFRESH_POLICY) == "full":
-            return Choice(rule, False, f"'{REFRESH_POLICY}' = 'full'")
-        if isinstance(rule, Recompute):
-            return Choice(rule, False, rule.reason)
-        readings: dict[str, Reading] = {}
-        for source in dict.fromkeys(rule.sources):
-            reading = self.reading(source)
-            if isinstance(reading, str):
-                return Choice(rule, False, reading)
-            readings[source] = reading
-        if rebuild:
-            return Choice(rule, False, "no source changed: a manual refresh recomputes", readings)
-        if manifest is None:
-            return Choice(rule, False, "the first refresh" if not table.source_snapshot else
-                          "no manifest of the files the published data read", readings)
-        for source in readings:
-            change = changes[source]
-            if change.change is SourceChange.REWRITTEN:
-                return Choice(rule, False, f"{source} was rewritten", readings)
-            if change.change is SourceChange.UNKNOWN:
-                return Choice(rule, False, f"no manifest of the files {source} had", readings)
-        if isinstance(rule, STATEFUL) and (manifest.state is None or not self.files.exists(manifest.state)):
-            return Choice(rule, False, "no state kept yet", readings)
-        if table.options.get(REFRESH_POLICY, "auto") != "auto" or \
-                all(d.change is not SourceChange.APPENDED for d in changes.values()):
-            return Choice(rule, True, None, readings)
-        weighed = self._estimate(table, rule, changes, manifest)
-        return Choice(rule, True, None, readings, weighed) if weighed.incremental_cheaper else \
-            Choice(rule, False, f"recomputing is expected to cost less ({weighed.describe()})", readings, weighed)
+        if table.options.get(REFRESH_POLICY) == "full" or isinstance(rule, Recompute):
+            return Known(rule, {})
+        readings = {source: self.reading(source) for source in dict.fromkeys(rule.sources)}
+        if manifest is None or any(isinstance(r, str) for r in readings.values()):
+            return Known(rule, readings)
+        kept = not isinstance(rule, STATEFUL) or manifest.state is not None and self.files.exists(manifest.state)
+        weighs = kept and table.options.get(REFRESH_POLICY, "auto") == "auto" and \
+            all(d.change in (SourceChange.UNCHANGED, SourceChange.APPENDED) for d in changes.values()) and \
+            any(d.change is SourceChange.APPENDED for d in changes.values())
+        return Known(rule, readings, kept, self._estimate(table, rule, changes, manifest) if weighs else None)
 
     def _estimate(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
                   manifest: Manifest) -> Estimate:

@@ -12,9 +12,9 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from mt_magic.catalog.model import Column, MaterializedTable, Storage
+from mt_magic.catalog.model import Column, MaterializedTable, Storage, Target
 from mt_magic.storage.formats import data_source_options, folder_writer
-from mt_magic.storage.versions import Target, TableStorage
+from mt_magic.storage.versions import TableStorage
 from mt_magic.spark.catalog import refresh_listings
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.frames import counting_rows, query_frame

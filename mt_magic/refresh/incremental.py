@@ -29,7 +29,7 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from mt_magic.catalog.model import MaterializedTable, Storage
+from mt_magic.catalog.model import MaterializedTable, Storage, Target
 from mt_magic.incremental.relations import Version
 from mt_magic.incremental.rules import Aggregate, Linear
 from mt_magic.refresh.changes import SourceChange, SourceDelta
@@ -46,7 +46,7 @@ from mt_magic.storage.compaction import files_for, files_to_compact
 from mt_magic.storage.manifests import CARRIED, Manifest
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.linked import extended
-from mt_magic.storage.versions import Target, TableStorage
+from mt_magic.storage.versions import TableStorage
 from mt_magic.sql.statements import quote_identifier
 
 STATE_FOLDER = "_state"

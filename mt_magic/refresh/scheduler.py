@@ -10,7 +10,6 @@ schedule time.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
@@ -21,9 +20,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from mt_magic.errors import MaterializedTableError, ValidationError
+from mt_magic.errors import MaterializedTableError
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT
 from mt_magic.sql.freshness import IntervalFreshness
 
@@ -36,34 +34,6 @@ def workflow_name(quoted_identifier: str) -> str:
     return f"quartz_job_{quoted_identifier}"
 
 
-# Java's ZoneId.SHORT_IDS, which Spark's session time zone accepts too ('PST').
-SHORT_IDS = {
-    "ACT": "Australia/Darwin", "AET": "Australia/Sydney", "AGT": "America/Argentina/Buenos_Aires",
-    "ART": "Africa/Cairo", "AST": "America/Anchorage", "BET": "America/Sao_Paulo", "BST": "Asia/Dhaka",
-    "CAT": "Africa/Harare", "CNT": "America/St_Johns", "CST": "America/Chicago", "CTT": "Asia/Shanghai",
-    "EAT": "Africa/Addis_Ababa", "ECT": "Europe/Paris", "IET": "America/Indiana/Indianapolis",
-    "IST": "Asia/Kolkata", "JST": "Asia/Tokyo", "MIT": "Pacific/Apia", "NET": "Asia/Yerevan",
-    "NST": "Pacific/Auckland", "PLT": "Asia/Karachi", "PNT": "America/Phoenix", "PRT": "America/Puerto_Rico",
-    "PST": "America/Los_Angeles", "SST": "Pacific/Guadalcanal", "VST": "Asia/Ho_Chi_Minh",
-    "EST": "-05:00", "MST": "-07:00", "HST": "-10:00",
-}
-
-
-def zone_named(name: str) -> tzinfo:
-    """A zone as Spark's session time zone names it: a region, a short ID (PST), or an offset
-    (+01:00, GMT-5, UTC+01:00)."""
-    name = SHORT_IDS.get(name, name)
-    offset = re.fullmatch(r"(?:GMT|UTC)?([+-])(\d{1,2}):?(\d{2})?", name)
-    if offset:
-        sign = -1 if offset.group(1) == "-" else 1
-        return timezone(sign * timedelta(hours=int(offset.group(2)), minutes=int(offset.group(3) or 0)))
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValidationError(f"Time zone '{name}' (spark.sql.session.timeZone) is not known; use a region "
-                              "such as 'Europe/Paris' or an offset such as '+01:00'.") from None
-
-
 def next_fire(freshness: IntervalFreshness, zone: tzinfo, after: datetime) -> datetime | None:
     """When a FULL table's cron fires next after `after` (for whoever does not run the scheduler)."""
     return CronTrigger(timezone=zone, **freshness.cron_fields()).get_next_fire_time(None, after)
@@ -73,11 +43,12 @@ WAIT_POLL_S = 0.2      # how often a fire that waits for its upstream tables ask
 
 
 class RefreshScheduler:
-    """Cron jobs keyed by table identifier; a fire calls `refresh(name, schedule_time)` in a pool thread
-    once `ready(name, schedule_time)` says it may (until then it is re-queued, holding no thread)."""
+    """Cron jobs keyed by table identifier; a fire calls `refresh(identifier, schedule_time)` in a pool
+    thread once `ready(identifier, schedule_time)` says it may (until then it is re-queued, holding no
+    thread)."""
 
     def __init__(self, refresh: Callable[[str, str], object], coalesced: Callable[[str, str, str], None],
-                 ready: Callable[[str, str], bool] = lambda name, schedule_time: True, workers: int = 4) -> None:
+                 ready: Callable[[str, str], bool] = lambda identifier, schedule_time: True, workers: int = 4) -> None:
         self._refresh = refresh
         self._coalesced = coalesced
         self._ready = ready
@@ -92,62 +63,62 @@ class RefreshScheduler:
         self._queued: dict[str, str] = {}      # table → the schedule time of its fire that waits
         self._waiting: set[str] = set()        # tables whose fire is re-queued until it is ready
 
-    def schedule(self, identifier: str, name: str, freshness: IntervalFreshness, zone: tzinfo,
-                 paused: bool = False) -> None:
+    def schedule(self, identifier: str, freshness: IntervalFreshness, zone: tzinfo, paused: bool = False) -> None:
         """Create or replace the job; a paused one keeps its trigger for RESUME."""
         trigger = CronTrigger(timezone=zone, **freshness.cron_fields())
         first = None if paused else trigger.get_next_fire_time(None, datetime.now(zone))
         self._while_open(lambda: self._scheduler.add_job(
-            self._fire, trigger, args=[name, freshness, zone], id=identifier, name=identifier,
+            self._fire, trigger, args=[identifier, freshness, zone], id=identifier, name=identifier,
             replace_existing=True, next_run_time=first))
 
-    def _fire(self, name: str, freshness: IntervalFreshness, zone: tzinfo) -> None:
+    def _fire(self, identifier: str, freshness: IntervalFreshness, zone: tzinfo) -> None:
         """APScheduler does not tell a job its fire time: it is the cron time at or before now. A fire
         that finds the table's previous refresh still running is queued, once (a later fire replaces
         it, and the replaced one is reported to `coalesced`), and runs when that refresh ends."""
         schedule_time = freshness.floor(datetime.now(zone)).strftime(SCHEDULE_TIME_FORMAT)
         with self._guard:
-            busy = name in self._busy
-            replaced = self._queued.get(name) if busy else None
+            busy = identifier in self._busy
+            replaced = self._queued.get(identifier) if busy else None
             if busy:
-                self._queued[name] = schedule_time
+                self._queued[identifier] = schedule_time
             else:
-                self._busy.add(name)
+                self._busy.add(identifier)
         if busy:
             if replaced is not None and replaced != schedule_time:
-                self._coalesced(name, replaced, schedule_time)
+                self._coalesced(identifier, replaced, schedule_time)
             return
-        self._drain(name, schedule_time)
+        self._drain(identifier, schedule_time)
 
-    def _drain(self, name: str, schedule_time: str | None) -> None:
+    def _drain(self, identifier: str, schedule_time: str | None) -> None:
         """Run the fire, then the one queued behind it; a fire that is not ready yet comes back later."""
         while schedule_time is not None:
-            if not self._asks_ready(name, schedule_time):
+            if not self._asks_ready(identifier, schedule_time):
                 with self._guard:
-                    self._waiting.add(name)
-                self.run_once(f"waiting:{name}", WAIT_POLL_S, lambda at=schedule_time: self._drain(name, at))
+                    self._waiting.add(identifier)
+                self.run_once(f"waiting:{identifier}", WAIT_POLL_S,
+                              lambda at=schedule_time: self._drain(identifier, at))
                 return
             with self._guard:
-                self._waiting.discard(name)
-            self._run(name, schedule_time)
+                self._waiting.discard(identifier)
+            self._run(identifier, schedule_time)
             with self._guard:
-                schedule_time = self._queued.pop(name, None)
+                schedule_time = self._queued.pop(identifier, None)
                 if schedule_time is None:
-                    self._busy.discard(name)
+                    self._busy.discard(identifier)
 
-    def _asks_ready(self, name: str, schedule_time: str) -> bool:
+    def _asks_ready(self, identifier: str, schedule_time: str) -> bool:
         try:
-            return self._ready(name, schedule_time)
+            return self._ready(identifier, schedule_time)
         except Exception:   # noqa: BLE001 - the refresh itself reports what is wrong
             return True
 
-    def _run(self, name: str, schedule_time: str) -> None:
+    def _run(self, identifier: str, schedule_time: str) -> None:
         try:
-            self._refresh(name, schedule_time)
+            self._refresh(identifier, schedule_time)
         except MaterializedTableError as error:     # recorded on the table; the pool thread goes on
-            log.warning("Scheduled refresh of %s at %s: %s", name, schedule_time, error)
+            log.warning("Scheduled refresh of %s at %s: %s", identifier, schedule_time, error)
         except Exception:   # noqa: BLE001 - a dead scheduler thread helps nobody
-            log.exception("Scheduled refresh of %s at %s failed", name, schedule_time)
+            log.exception("Scheduled refresh of %s at %s failed", identifier, schedule_time)
 
     def every(self, job_id: str, seconds: float, action: Callable[[], None], paused: bool = False) -> None:
         """A job at a fixed interval (a CONTINUOUS table's change detector); a late run is not made up."""

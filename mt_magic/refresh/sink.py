@@ -16,13 +16,13 @@ from typing import ClassVar
 
 from pyspark.sql import DataFrame
 
-from mt_magic.catalog.model import MaterializedTable
+from mt_magic.catalog.model import MaterializedTable, Target
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.refresh.full import shape
 from mt_magic.spark.files import WRITE_WAIT_S, Files, Listing
 from mt_magic.spark.streaming import BatchFailure, batch_failure
 from mt_magic.storage.formats import data_source_options, folder_writer
-from mt_magic.storage.versions import Target, TableStorage
+from mt_magic.storage.versions import TableStorage
 
 log = logging.getLogger(__name__)
 

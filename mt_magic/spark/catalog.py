@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
@@ -19,7 +20,8 @@ from mt_magic.errors import ValidationError
 from mt_magic.spark import session_catalog
 from mt_magic.spark.commands import alongside, command_rows
 from mt_magic.spark.errors import SPARK_ERRORS, error_class, spark_call, spark_message
-from mt_magic.spark.session import is_connect, session_info
+from mt_magic.spark.kind import is_connect
+from mt_magic.spark.session import session_info
 from mt_magic.sql.statements import quote_identifier, sql_string
 
 PartitionKey = session_catalog.PartitionKey
@@ -164,6 +166,13 @@ def refresh_listings(spark: Any, identifiers: tuple[str, ...]) -> None:
         request.result()
 
 
+def forgetting_listings(spark: Any, identifiers: tuple[str, ...]) -> Future | None:
+    """Over Connect, the session's cached listings of these tables being forgotten, not waited for
+    (the request travels beside the snapshot's); None in a classic session, which forgets them when
+    a refresh reads the tables."""
+    return alongside(spark, refresh_listings, spark, identifiers) if is_connect(spark) else None
+
+
 def forget_listing(spark: Any, quoted: str) -> None:
     """The next read of the table lists its files afresh. A classic session drops its cached relation
     (see `session_catalog`); over Connect, or for another catalog's table, REFRESH TABLE (a server
@@ -200,6 +209,13 @@ def partition_locations(spark: Any, quoted: str, keys: tuple[str, ...]) -> dict[
         detail = command_rows(spark, f"DESCRIBE TABLE EXTENDED {quoted} {partition_clause(dict(spec))}")
         found[spec] = next(r[1] for r in detail if r[0] == "Location")
     return found
+
+
+def switches_partitions_at_once(spark: Any) -> bool:
+    """Whether a table's partitions, kept in the catalog, switch to new locations in one step for
+    readers (a classic session's catalog call); over Connect a partitioned table's data is better
+    read from its folders, switched by the table's one location."""
+    return not is_connect(spark)
 
 
 def switch_partition_locations(spark: Any, quoted: str, locations: Mapping[PartitionKey, str]) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from mt_magic.spark.session import is_connect
+from mt_magic.spark.kind import is_connect
 
 _T = TypeVar("_T")
 

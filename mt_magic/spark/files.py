@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from mt_magic.errors import ValidationError
-from mt_magic.spark.session import is_connect
+from mt_magic.spark.kind import is_connect
 
 
 # path → (size in bytes, modification time in ms)

@@ -14,7 +14,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
-from mt_magic.spark.session import is_connect
+from mt_magic.spark.kind import is_connect
 from mt_magic.sql.statements import quote_identifier
 
 

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any
 
-from mt_magic.spark.session import is_connect
+from mt_magic.spark.kind import is_connect
 
 # Who watches the Spark jobs a statement starts in this thread (the notebook's progress bar).
 # Threads start with an empty context, so scheduled refreshes are never watched.

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from mt_magic.spark.errors import spark_call
-from mt_magic.spark.session import is_connect
+from mt_magic.spark.kind import is_connect
 
 ANALYZED = "== Analyzed Logical Plan =="
 _OPERATOR = re.compile(r"^[\s:|+-]*([A-Z][A-Za-z]*)(?: ([A-Z][A-Za-z]*))?", re.M)

@@ -16,18 +16,10 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from mt_magic.spark.kind import is_connect
+from mt_magic.spark.warehouse import adopt_leftover_tables
+
 log = logging.getLogger(__name__)
-
-
-def is_connect(spark: Any) -> bool:
-    """A Spark Connect session: no JVM in this process, everything goes over gRPC."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def is_session(candidate: Any) -> bool:
-    """A SparkSession of either kind (Connect sessions do not subclass the classic one)."""
-    return isinstance(candidate, SparkSession) or (
-        is_connect(candidate) and type(candidate).__name__ == "SparkSession")
 
 
 def active_session() -> Any | None:
@@ -158,7 +150,6 @@ def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connec
     spark = builder.getOrCreate()
     # Only a new application has a catalog that forgot (a second call returns the same session).
     if started and spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory":
-        from mt_magic.spark.warehouse import adopt_leftover_tables
         adopted = adopt_leftover_tables(spark)   # what the previous run's catalog forgot (a restart)
         if adopted:
             log.info("Registered again the %d tables the warehouse %s kept (Spark's in-memory catalog "

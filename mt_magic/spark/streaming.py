@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from mt_magic.spark.errors import SPARK_ERRORS, error_sentence
-from mt_magic.spark.session import is_connect
+from mt_magic.spark.kind import is_connect
 
 # Spark's StreamExecution.PROXY_ERROR: how a stream being stopped tells that its foreachBatch
 # function ended because the stop interrupted it. Spark matches `<prefix>((.|\r\n|\r|\n)*)(<name>)`

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from mt_magic.errors import ParseError, ValidationError
 from mt_magic.sql import statements as st
 from mt_magic.sql.freshness import FreshnessLiteral
-from mt_magic.sql.tokens import Kind, Segment, Token, line_column, split, unquote_string
+from mt_magic.sql.tokens import Kind, Segment, Token, line_column, segments_of, split, tokenize, unquote_string
 
 _FRESHNESS_MESSAGE = ("MATERIALIZED TABLE only supports define interval type FRESHNESS, "
                       "please refer to the materialized table document.")
@@ -17,15 +17,48 @@ _TYPE_STOPS = ("METADATA", "NOT", "NULL", "CONSTRAINT", "PRIMARY", "COMMENT")
 
 def parse(text: str) -> list[st.Statement]:
     """Every statement of `text`, in order. Raises ParseError with line and column."""
+    return parse_cell(text).statements
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A cell read once: its text, its statements, and whether a trailing ';' silences its output (a
+    notebook's rule; IPython's own check tokenizes the cell as Python, where SQL's free indentation
+    raises IndentationError)."""
+
+    text: str
+    statements: list[st.Statement]
+    silenced: bool
+
+
+def parse_cell(text: str) -> Cell:
     _check_encodable(text)
-    return [_placed(_Parser(text, segment).statement(), segment.start) for segment in split(text)]
+    tokens = tokenize(text)
+    return Cell(text, [_placed(_Parser(text, segment).statement(), segment) for segment in segments_of(tokens)],
+                bool(tokens) and tokens[-1].is_symbol(";"))
 
 
-def _placed(statement: st.Statement, start: int) -> st.Statement:
-    """The statement (and the one an EXPLAIN holds) told where its text starts in the cell."""
+def parse_name(text: str) -> st.ObjectName:
+    """A table name as a user types it outside a statement (`gw.describe("db.t")`, an option that names
+    tables): [catalog.][database.]table, quoted parts with backticks. Raises ParseError."""
+    _check_encodable(text)
+    segments = split(text)
+    if len(segments) != 1:
+        raise ParseError("Expected one table name: [catalog.][database.]table.", line=1, column=1, text=text)
+    parser = _Parser(text, segments[0])
+    name = parser.object_name()
+    if parser.token.kind is not Kind.EOF:
+        raise parser.error("the end of the name")
+    return name
+
+
+def _placed(statement: st.Statement, segment: Segment) -> st.Statement:
+    """The statement (and the one an EXPLAIN holds) told where its text starts in the cell, and the
+    names its text holds."""
+    mentions = tuple(dict.fromkeys(t.value.lower() for t in segment.tokens if t.kind in (Kind.WORD, Kind.QUOTED)))
     if isinstance(statement, st.Explain):
-        return replace(statement, cell_start=start, statement=_placed(statement.statement, start))
-    return replace(statement, cell_start=start)
+        statement = replace(statement, statement=_placed(statement.statement, segment))
+    return replace(statement, cell_start=segment.start, mentions=mentions)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

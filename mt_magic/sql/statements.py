@@ -56,6 +56,8 @@ class Watermark:
 class Statement:
     text: str          # the statement's own text, for messages and pass-through
     cell_start: int = field(default=0, kw_only=True, compare=False)    # where `text` starts in the cell
+    # Every word and quoted name of the text, lower-cased: the tables it may name, in any part.
+    mentions: tuple[str, ...] = field(default=(), kw_only=True, compare=False)
 
     def query_offset(self) -> int | None:
         """Where the statement's query (if it has one) starts in the cell."""

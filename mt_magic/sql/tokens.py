@@ -161,9 +161,13 @@ def _code_tokens(code: str, offset: int) -> list[Token]:
 
 def split(text: str) -> list[Segment]:
     """Statements separated by ';' outside quotes and comments; empty ones are dropped."""
+    return segments_of(tokenize(text))
+
+
+def segments_of(tokens: list[Token]) -> list[Segment]:
     segments: list[Segment] = []
     current: list[Token] = []
-    for token in tokenize(text):
+    for token in tokens:
         if token.is_symbol(";"):
             if current:
                 segments.append(_segment(current))

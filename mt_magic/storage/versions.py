@@ -12,19 +12,18 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote
 
-from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage
+from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage, Target
 from mt_magic.errors import SparkError
 from mt_magic.spark.catalog import (partition_clause, partition_locations, partition_metadata, set_table_location,
-                                    switch_partition_locations, table_facts)
+                                    switch_partition_locations, switches_partitions_at_once, table_facts)
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Listing, files_for
-from mt_magic.spark.session import is_connect
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.storage.ddl import add_partitions_sql, create_table_sql, partitions_apart
@@ -34,29 +33,6 @@ from mt_magic.storage.writers import Writers, note_of
 VERSION_PREFIX = "v-"
 EMPTY_DIR = "_empty"
 SUPERSEDED_MARKER = "_SUPERSEDED"
-
-
-@dataclass(frozen=True)
-class Target:
-    """What a refresh rewrites: the whole table, the partitions of one spec, or the partitions whose
-    `key` is one of `values` (the partitions whose sources changed)."""
-
-    spec: dict[str, str] = field(default_factory=dict)
-    key: str | None = None
-    values: tuple[str, ...] = ()
-
-    @property
-    def whole(self) -> bool:
-        return not self.spec and self.key is None
-
-    def matches(self, partition: Mapping[str, str]) -> bool:
-        lowered = {k.lower(): v for k, v in partition.items()}
-        return all(lowered.get(k.lower()) == v for k, v in self.spec.items()) and (
-            self.key is None or lowered.get(self.key.lower()) in self.values)
-
-    def describe(self) -> dict[str, str]:
-        """The target as history and DESCRIBE show it: a spec, or key → the changed values."""
-        return dict(self.spec) if self.key is None else {self.key: ", ".join(self.values)}
 
 
 def version_folder(root: str) -> str:
@@ -79,7 +55,7 @@ class TableStorage:
         """Where a new table's data is: an empty folder until the first refresh publishes."""
         root = self.files.qualify(root)
         return Storage(root, fmt, f"{root}/{EMPTY_DIR}", (), owns_root,
-                       catalog_partitions=not is_connect(self.spark))
+                       catalog_partitions=switches_partitions_at_once(self.spark))
 
     def create(self, table: MaterializedTable, filled_next: bool = False) -> None:
         """The Spark table, external, on its empty first version. `filled_next`: a refresh follows at

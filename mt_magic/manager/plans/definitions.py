@@ -40,20 +40,20 @@ class Definitions(Family):
             return self._create_or_alter(existing, statement)
         lookup = alongside(self.ws.spark, lookup_table, self.ws.spark, catalog, database, name)
         if statement.refresh_mode != CONTINUOUS:      # where the sources live, asked while Spark analyses
-            self.pipelines.runs.snapshots.begin(self.ws.analyzer.guessed_sources(statement.query))
+            self.pipelines.begin(sources=self.ws.analyzer.guessed_sources(statement.query))
         try:
             table = self._new_table(statement, catalog, database, name)
             if table.refresh_mode != CONTINUOUS:
-                self.pipelines.runs.begin(table)
+                self.pipelines.begin(table)
         finally:    # the name's errors come before the query's
             _check_free(lookup.result(), statement.or_alter, catalog, database, name)
-        check_policy(table, self.pipelines.runs.chooser.rule)
+        check_policy(table, self.pipelines.rule)
         strategy = ""
         if table.refresh_mode == CONTINUOUS:
-            table = self.pipelines.streams.strategy(table)
+            table = self.pipelines.strategy(table)
             strategy = f", {table.refresh_strategy}"
         technique = "" if table.streams else \
-            f", refresh technique {self.pipelines.runs.chooser.technique(table, judged=False)}"
+            f", refresh technique {self.pipelines.technique(table, judged=False)}"
         return planned(f"would create materialized table {identifier}, refresh mode {table.refresh_mode}"
                        f"{strategy}, freshness {table.freshness}{technique}", lambda: self.lifecycle.provision(table))
 
@@ -135,7 +135,7 @@ class Definitions(Family):
                            lambda: Result.ok(f"Materialized table {table.identifier} is unchanged."))
         appended = self._appended(table, statement.query, analyzed, schema.columns, changes)
         check_policy(table.evolve(definition_query=analyzed.definition_query, options=changes["options"]),
-                     self.pipelines.runs.chooser.rule)
+                     self.pipelines.rule)
         return planned(f"would alter materialized table {table.identifier}",
                        lambda: self.lifecycle.create_or_alter(table, statement.query, analyzed, appended,
                                                               changes, decision))
@@ -145,7 +145,7 @@ class Definitions(Family):
         """The new columns (spec §4.5); a CONTINUOUS table's strategy for the new query goes in `changes`."""
         appended = _appended_columns(table, columns)
         if table.refresh_mode == CONTINUOUS:
-            chosen = self.pipelines.streams.strategy(table.evolve(
+            chosen = self.pipelines.strategy(table.evolve(
                 definition_query=analyzed.definition_query, original_query=query, source_tables=analyzed.sources))
             changes.update(refresh_strategy=chosen.refresh_strategy, strategy_reason=chosen.strategy_reason)
         return appended

@@ -14,7 +14,6 @@ from mt_magic.manager.lifecycle import Lifecycle
 from mt_magic.manager.pipelines import Pipelines
 from mt_magic.manager.plans.definitions import check_policy, check_reserved, refresh_policy
 from mt_magic.manager.plans.plan import Family, Plan, planned
-from mt_magic.manager.runs import check_partition_spec
 from mt_magic.manager.schema import check_formatters
 from mt_magic.manager.workspace import Workspace
 from mt_magic.results import Result
@@ -58,7 +57,7 @@ class Operations(Family):
         check_reserved(table, options, list(statement.options))
         check_formatters(options, table.partition_keys, table.columns)
         refresh_policy(options)
-        check_policy(table.evolve(options=options), self.pipelines.runs.chooser.rule)
+        check_policy(table.evolve(options=options), self.pipelines.rule)
         return planned(f"would set {len(statement.options)} option(s) of {table.identifier}",
                        lambda: self.lifecycle.set_options(table, dict(statement.options)))
 
@@ -98,7 +97,7 @@ class Operations(Family):
 
     def _refresh(self, statement: st.AlterRefresh) -> Plan:
         table = self.ws.load(statement.name)
-        spec = check_partition_spec(table, statement.partition)
+        spec = table.check_partition_spec(statement.partition)
         target = ", ".join(f"{k}={v}" for k, v in spec.items()) or "the whole table"
         return planned(f"would refresh {target} of {table.identifier}",
                        lambda: self.pipelines.refresh(table, spec, None))
@@ -115,7 +114,7 @@ class Operations(Family):
         inner = statement.statement
         if isinstance(inner, st.AlterRefresh):
             table = self.ws.load(inner.name)
-            spec = check_partition_spec(table, inner.partition)
+            spec = table.check_partition_spec(inner.partition)
             return planned(f"would explain a refresh of {table.identifier}",
                            lambda: explain_refresh(self.pipelines, table, spec))
         if isinstance(inner, st.CreateMaterializedTable):

@@ -1,0 +1,145 @@
+"""A refresh's decision as a value: what it does and why, from what it knows. EXPLAIN prints it, the
+run executes it and the history records it; one function makes it, so the three cannot disagree.
+
+`decide` is pure: what it needs from Spark and the files — the rule as Spark judged it, how each
+source is read alone, whether a state is kept, what the cost rule weighs — is asked first
+(`Chooser.known`) and handed to it."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mt_magic.catalog.history import Technique, Trigger
+from mt_magic.catalog.model import MaterializedTable, Target
+from mt_magic.config import REFRESH_POLICY
+from mt_magic.incremental.cost import Estimate
+from mt_magic.incremental.rules import Recompute, Rule
+from mt_magic.refresh.changes import (Change, Relative, Snapshot, SourceChange, SourceDelta, compare, deltas,
+                                      volatile)
+from mt_magic.refresh.choice import STATEFUL, Choice, Known, Reading
+from mt_magic.spark.files import Listing
+from mt_magic.storage.manifests import Manifest
+
+SKIP_REASON = "no source changed since the table last matched them"
+
+
+class Situation:
+    """What a refresh knows before it decides: the sources' snapshot now against the record, and —
+    asked only where the decision needs them (a skip does not) — the manifest of the files the data
+    was computed from, each source's change since, and what choosing asks Spark."""
+
+    def __init__(self, table: MaterializedTable, snapshot: Snapshot, listings: dict[str, Listing | None],
+                 manifest: Callable[[], Manifest | None], relatives: dict[str, Relative],
+                 known: Callable[[Situation], Known]) -> None:
+        self.table = table
+        self.snapshot = snapshot
+        self.listings = listings            # the files the snapshot was taken from
+        self.comparison = compare(table.source_snapshot, snapshot, bool(volatile(table)))
+        self._manifest, self._relatives, self._known = manifest, relatives, known
+
+    @functools.cached_property
+    def manifest(self) -> Manifest | None:
+        return self._manifest()
+
+    @functools.cached_property
+    def changes(self) -> dict[str, SourceDelta]:
+        return deltas(self.manifest.listings if self.manifest else None, self.listings, self._relatives)
+
+    @functools.cached_property
+    def known(self) -> Known:
+        return self._known(self)
+
+
+@dataclass(frozen=True)
+class RefreshDecision:
+    technique: Technique
+    target: Target
+    reason: str | None = None               # why it skips, or why it does not refresh incrementally
+    estimate: Estimate | None = None        # what the cost rule weighed, where it did
+    sources: dict[str, str] = field(default_factory=dict)   # each source's change, where one changed
+    rule: Rule | None = None                # a whole refresh's rule, and how it reads each source
+    readings: dict[str, Reading] = field(default_factory=dict)
+
+    @property
+    def reads_listed(self) -> bool:
+        """A whole recompute from the files the snapshot listed (a stateful rule's keeps its state)."""
+        return self.technique is Technique.FULL and self.rule is not None and \
+            not isinstance(self.rule, Recompute) and bool(self.readings)
+
+    def describe(self) -> str:
+        """What it does, as EXPLAIN says it ("would …")."""
+        return phrase(self.technique, self.target.describe(), self.reason,
+                      self.rule.describe() if self.rule is not None else None)
+
+
+def phrase(technique: Technique, partition: dict[str, str], reason: str | None, how: str | None = None) -> str:
+    """A decision in words, from what the history records of a run (`how`: the rule's own account of
+    an incremental refresh)."""
+    where = ", ".join(f"{key}={value}" for key, value in partition.items())
+    if technique is Technique.SKIP:
+        return f"skip: {reason}"
+    if technique is Technique.INCREMENTAL:
+        return f"refresh {how}"
+    if technique is Technique.PARTITIONS:
+        key, values = next(iter(partition.items()), ("", ""))
+        return f"recompute partitions {key} in ({values})" if reason is not None else f"rewrite the partition {where}"
+    return f"recompute the whole table ({reason})"
+
+
+def decide(situation: Situation, spec: dict[str, str], trigger: Trigger, only_changed: bool) -> RefreshDecision:
+    """`only_changed` (a pipeline's run): nothing runs when no source changed, and only the changed
+    partitions are rewritten where the sources tell them. A refresh asked for runs whatever changed:
+    with no source changed it rebuilds the data."""
+    comparison, changes = situation.comparison, situation.changes
+    sources = {name: delta.describe() for name, delta in changes.items()} \
+        if comparison.change is not Change.NONE else {}
+    if only_changed and comparison.change is Change.NONE:
+        return RefreshDecision(Technique.SKIP, Target(spec), SKIP_REASON)
+    if spec or trigger is Trigger.BACKFILL:
+        return RefreshDecision(Technique.PARTITIONS, Target(spec), sources=sources)
+    choice = choose(situation, rebuild=comparison.change is Change.NONE and not only_changed)
+    if choice.incremental:
+        return RefreshDecision(Technique.INCREMENTAL, Target(), None, choice.estimate, sources, choice.rule,
+                               choice.readings)
+    if only_changed and comparison.change is Change.PARTITIONS:
+        return RefreshDecision(Technique.PARTITIONS, Target(key=comparison.key, values=comparison.values),
+                               choice.reason, choice.estimate, sources)
+    return RefreshDecision(Technique.FULL, Target(), choice.reason, choice.estimate, sources, choice.rule,
+                           choice.readings)
+
+
+def choose(situation: Situation, rebuild: bool = False) -> Choice:
+    """Incremental when the rule holds, every source is unchanged or appended and can be read alone,
+    and a stateful rule's state is at hand; otherwise full, saying why. `rebuild`: asked to refresh
+    with no source changed, which recomputes (a user's way to rebuild the data)."""
+    table, known, manifest, changes = situation.table, situation.known, situation.manifest, situation.changes
+    rule = known.rule
+    if table.options.get(REFRESH_POLICY) == "full":
+        return Choice(rule, False, f"'{REFRESH_POLICY}' = 'full'")
+    if isinstance(rule, Recompute):
+        return Choice(rule, False, rule.reason)
+    unreadable = next((r for r in known.readings.values() if isinstance(r, str)), None)
+    if unreadable is not None:
+        return Choice(rule, False, unreadable)
+    readings = {s: r for s, r in known.readings.items() if isinstance(r, Reading)}
+    if rebuild:
+        return Choice(rule, False, "no source changed: a manual refresh recomputes", readings)
+    if manifest is None:
+        return Choice(rule, False, "the first refresh" if not table.source_snapshot else
+                      "no manifest of the files the published data read", readings)
+    for source in readings:
+        if changes[source].change is SourceChange.REWRITTEN:
+            return Choice(rule, False, f"{source} was rewritten", readings)
+        if changes[source].change is SourceChange.UNKNOWN:
+            return Choice(rule, False, f"no manifest of the files {source} had", readings)
+    if isinstance(rule, STATEFUL) and not known.state_kept:
+        return Choice(rule, False, "no state kept yet", readings)
+    if table.options.get(REFRESH_POLICY, "auto") != "auto" or \
+            all(d.change is not SourceChange.APPENDED for d in changes.values()):
+        return Choice(rule, True, None, readings)
+    weighed = known.estimate
+    if weighed is None or weighed.incremental_cheaper:
+        return Choice(rule, True, None, readings, weighed)
+    return Choice(rule, False, f"recomputing is expected to cost less ({weighed.describe()})", readings, weighed)
