@@ -24,7 +24,7 @@ from mt_magic.errors import MaterializedTableError
 from mt_magic.gateway import Gateway
 from mt_magic.refresh.scheduler import next_fire
 from mt_magic.sql.zones import zone_named
-from mt_magic.spark.session import quiet_library_logs, service_session, session_info
+from mt_magic.spark.sessions import quiet_library_logs, service_session, session_info
 from mt_magic.sql.freshness import CONTINUOUS, IntervalFreshness
 
 log = logging.getLogger("mt_magic.service")

@@ -26,10 +26,10 @@ class ParseError(MaterializedTableError):
         super().__init__(self._format())
 
     def _format(self) -> str:
-        return located(self.message, self.line, self.column, self.text)
+        return mark_position(self.message, self.line, self.column, self.text)
 
 
-def located(message: str, line: int, column: int, text: str) -> str:
+def mark_position(message: str, line: int, column: int, text: str) -> str:
     """A message with its place in the user's text: line, column, the line and a caret under it."""
     head = f"line {line}, column {column}: {message}"
     lines = text.splitlines()

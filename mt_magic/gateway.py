@@ -18,21 +18,21 @@ from mt_magic import config as cfg
 from mt_magic import errors
 from mt_magic.catalog.lease import Holder, OwnerKind
 from mt_magic.catalog.model import MaterializedTable
-from mt_magic.errors import MaterializedTableError, SparkError, located
+from mt_magic.errors import MaterializedTableError, SparkError, mark_position
 from mt_magic.manager.describe import describe_dict
 from mt_magic.manager.leftovers import SWEEP_EVERY_S, clear_leftovers, sweep_retired
 from mt_magic.manager.lifecycle import Lifecycle
 from mt_magic.manager.ownership import Ownership, Role
 from mt_magic.manager.follower import Follower
 from mt_magic.manager.pipelines import PipelineState, Pipelines
-from mt_magic.manager.recovery import Recovery
-from mt_magic.manager.restoring import Restoring
+from mt_magic.manager.takeover import Takeover
+from mt_magic.manager.takeover_tables import TakeoverTables
 from mt_magic.manager.plans import Planner
 from mt_magic.manager.workspace import Workspace
 from mt_magic.results import Result
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
 from mt_magic.spark.history_function import register_history_function
-from mt_magic.spark.session import (active_session, keep_query_errors_in_spark_log, quiet_background_output,
+from mt_magic.spark.sessions import (active_session, keep_query_errors_in_spark_log, quiet_background_output,
                                     session_info)
 from mt_magic.sql import statements as st
 from mt_magic.sql.parser import Cell, parse_cell
@@ -65,9 +65,9 @@ class Gateway:
             self._ws.stored(identifier), at, {}))
         register_history_function(spark, self._ws.store.path)     # SELECT * FROM mt_refresh_history(…)
         self._planner = Planner(self._ws, self.pipelines, Lifecycle(self._ws, self.pipelines))
-        self._recovery = Recovery(self.pipelines)
-        self._restoring = Restoring(self.pipelines, catch_up=self._recovery.catch_up)
-        self._follower = Follower(self._ws, self._restoring)
+        self._takeover = Takeover(self.pipelines)
+        self._takeover_tables = TakeoverTables(self.pipelines, catch_up=self._takeover.catch_up)
+        self._follower = Follower(self._ws, self._takeover_tables)
         self._early_warnings: list[str] = []
         self._owning = threading.RLock()      # held while this gateway acts as the owner
         self._ownership = Ownership(self._ws.store.path, Holder.me(kind, session_info(spark).application_id),
@@ -79,7 +79,7 @@ class Gateway:
         _close_at_exit(self)      # a process that ends lets go of the store at once
         if self._ownership.role is Role.CLIENT:
             self._follower.open()
-            self._restoring.registered(self._ws.options.duration(cfg.OPEN_WAIT).total_seconds())
+            self._takeover_tables.registered(self._ws.options.duration(cfg.OPEN_WAIT).total_seconds())
 
     @property
     def spark(self) -> Any:
@@ -105,7 +105,7 @@ class Gateway:
         statements = cell.statements
         for number, statement in enumerate(statements, 1):
             try:
-                results.append(self._guarded(lambda: self._run(statement, dry_run)))
+                results.append(self._translate_errors(lambda: self._run(statement, dry_run)))
             except MaterializedTableError as error:
                 error = _in_cell(error, statement, cell.text)
                 if len(statements) > 1:
@@ -116,7 +116,7 @@ class Gateway:
     def _run(self, statement, dry_run: bool) -> Result:
         if not dry_run and isinstance(statement, _OWNER_STATEMENTS) and self._ownership.role is Role.CLIENT:
             return self._forward(statement)
-        self._restoring.named_in(statement.mentions)      # a table the new owner has not put back yet
+        self._takeover_tables.named_in(statement.mentions)      # a table the new owner has not put back yet
         with self._owning, self._ws.analyzer.pinned():
             plan = self._planner.plan(statement)
             return Result.ok(f"Valid: {plan.summary()}.") if dry_run else plan.apply()
@@ -126,15 +126,15 @@ class Gateway:
         with self._owning:
             self.pipelines.own(True)
             quiet_background_output(self.spark)     # background jobs never print into cells
-            self._early_warnings = clear_leftovers(self._ws) + self._recovery.restore(self._restoring)
+            self._early_warnings = clear_leftovers(self._ws) + self._takeover.restore(self._takeover_tables)
             self.pipelines.every("mt_magic:retired-folders", SWEEP_EVERY_S, lambda: sweep_retired(self._ws))
-            self._restoring.registered(   # a small store is whole when opening returns
+            self._takeover_tables.registered(   # a small store is whole when opening returns
                 self._ws.options.duration(cfg.OPEN_WAIT).total_seconds())
 
     def _disown(self) -> None:
         with self._owning:
             self.pipelines.own(False)
-            self._restoring.stop()
+            self._takeover_tables.stop()
             self.pipelines.stop_all()
 
     def _forward(self, statement) -> Result:
@@ -163,12 +163,12 @@ class Gateway:
     def restore_warnings(self) -> list[str]:
         """What could not be put back when this gateway took the store (tables, streams, leftovers);
         the part done in the background is added as it goes (see `restored`)."""
-        return self._ws.store.warnings + self._early_warnings + self._restoring.warnings
+        return self._ws.store.warnings + self._early_warnings + self._takeover_tables.warnings
 
     def restored(self, timeout_s: float | None = None) -> bool:
         """Wait until this gateway has put every table back into Spark and, as the owner, restarted the
         streams and caught up missed fires (opening returns before; a statement waits for its tables)."""
-        return self._restoring.wait(timeout_s)
+        return self._takeover_tables.wait(timeout_s)
 
     def zone(self) -> tzinfo:
         """The session time zone (spark.sql.session.timeZone): schedules run and are shown in it."""
@@ -184,7 +184,7 @@ class Gateway:
                 "this_gateway": self._ownership.role is Role.OWNER}      # taken, and its pipelines up
 
     @staticmethod
-    def _guarded(action):
+    def _translate_errors(action):
         """Spark's errors, from any layer, reach the user once, as a SparkError."""
         try:
             return action()
@@ -204,8 +204,8 @@ class Gateway:
 
     def _refresh(self, table: MaterializedTable, schedule_time: str | None, partition: dict[str, str]) -> Result:
         """The one path of a refresh, asked by a user or fired by the scheduler or a change detector."""
-        self._restoring.ensure((table.identifier, *table.source_tables))
-        return self._guarded(lambda: self.pipelines.refresh(table, partition, schedule_time))
+        self._takeover_tables.ensure((table.identifier, *table.source_tables))
+        return self._translate_errors(lambda: self.pipelines.refresh(table, partition, schedule_time))
 
     def backfill(self, name: str, start: str, end: str) -> Result:
         """The scheduled refreshes of every schedule time in [start, end), oldest first (as
@@ -214,7 +214,7 @@ class Gateway:
         text = (f"ALTER MATERIALIZED TABLE {'.'.join(map(quote_identifier, named.parts))} BACKFILL FROM "
                 f"{sql_string(start)} TO {sql_string(end)}")      # what a client sends its store's owner
         statement = st.AlterBackfill(text, named, start=start, end=end, mentions=tuple(p.lower() for p in named.parts))
-        return self._guarded(lambda: self._run(statement, dry_run=False))
+        return self._translate_errors(lambda: self._run(statement, dry_run=False))
 
     def history(self, name: str | None = None, limit: int | None = None) -> list[dict]:
         """Refreshes newest first (of one table, or of all): table, trigger, schedule_time, started,
@@ -245,7 +245,7 @@ class Gateway:
             return
         self._closed = True
         self._ownership.stop()
-        self._restoring.stop()
+        self._takeover_tables.stop()
         with self._owning:
             self.pipelines.close()
         self._ownership.release()
@@ -278,7 +278,7 @@ def _in_cell(error: MaterializedTableError, statement, sql: str) -> Materialized
     if not isinstance(error, SparkError) or error.position is None or offset is None:
         return error
     line, column = line_column(sql, offset + error.position)
-    return SparkError(located(str(error), line, column, sql))
+    return SparkError(mark_position(str(error), line, column, sql))
 
 
 def _first_line(text: str, width: int = 60) -> str:

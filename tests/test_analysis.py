@@ -10,10 +10,10 @@ import pytest
 
 from mt_magic import ValidationError
 from mt_magic.spark.analysis import QueryAnalyzer
-from mt_magic.spark.catalog import TableLookup, lookup_table
+from mt_magic.spark.tables import TableLookup, lookup_table
 from mt_magic.spark.commands import command_rows
 from mt_magic.spark.frames import query_frame, query_over
-from mt_magic.spark.plans import analysed_operators
+from mt_magic.spark.query_plans import analysed_operators
 
 
 @pytest.fixture

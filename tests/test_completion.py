@@ -50,7 +50,7 @@ def test_keywords_come_from_the_grammar_even_before_the_magic_first_ran(tmp_path
         assert complete(fresh, "%%mtsql\nALTER MATERIALIZED TABLE t SUS") == ["SUSPEND"]
         assert complete(fresh, "%mtsql SHOW MATER") == ["MATERIALIZED"]
         assert "print" in complete(fresh, "x = 1\nprin")          # Python cells complete as before
-        _, session, _ = run(fresh, "from mt_magic.spark.session import active_session; active_session() is None")
+        _, session, _ = run(fresh, "from mt_magic.spark.sessions import active_session; active_session() is None")
         assert session == "True"           # completing started no Spark session
         run(fresh, "%unload_ext mt_magic")
         assert "MATERIALIZED" not in complete(fresh, "%%mtsql\nCREATE MAT")     # unloading took the matcher
@@ -102,7 +102,7 @@ def test_variables_from_the_namespace_and_a_catalog_change_is_seen(client):
 
 def test_the_place_is_read_by_syntax_alone():
     """No kernel, no Spark: what the cursor may be completed with, on half-written statements."""
-    from mt_magic.sql.completion import Want, place
+    from mt_magic.sql.completable import Want, place
     from mt_magic.sql.parser import expected_words
 
     assert expected_words("") >= {"CREATE", "ALTER", "DROP", "DESCRIBE", "SHOW", "EXPLAIN", "SET", "RESET"}

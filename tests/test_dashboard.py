@@ -12,7 +12,7 @@ from helpers import wait_for
 
 from mt_magic import Gateway
 from mt_magic.notebook.dashboard import Dashboard, Dashboards, run_for_dashboard
-from mt_magic.spark.session import session_info
+from mt_magic.spark.sessions import session_info
 
 CREATE_T = "CREATE MATERIALIZED TABLE t REFRESH_MODE = FULL AS SELECT * FROM sales"
 

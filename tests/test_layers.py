@@ -43,7 +43,7 @@ def lint_with_line(tmp_path: Path, module: str, line: str) -> str:
 
 
 def test_an_upward_import_breaks_the_layers(tmp_path):
-    report = lint_with_line(tmp_path, "sql/tokens.py", "from mt_magic.manager import runs")
+    report = lint_with_line(tmp_path, "sql/tokens.py", "from mt_magic.manager import refresh_runs")
     assert "Layers: imports point down BROKEN" in report
     assert "mt_magic.sql is not allowed to import mt_magic.manager" in report
 

@@ -138,7 +138,7 @@ def test_missed_fires_count_from_the_tables_creation_not_from_an_earlier_table_o
         table = gateway.store.get(gateway.describe("mt")["identifier"])
         now = datetime.now(gateway.zone())
         created = datetime.fromisoformat(table.created_at).astimezone(gateway.zone()).replace(tzinfo=None)
-        missed = gateway._recovery.missed_fires(table, now)
+        missed = gateway._takeover.missed_fires(table, now)
         assert all(datetime.strptime(f, "%Y-%m-%d %H:%M:%S") > created for f in missed), (created, missed)
     finally:
         gateway.close()

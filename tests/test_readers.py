@@ -7,7 +7,7 @@ import threading
 import pytest
 from pyspark.sql import functions as F
 
-from mt_magic.spark.catalog import set_table_location
+from mt_magic.spark.tables import set_table_location
 from mt_magic.spark.kind import is_connect
 
 

@@ -284,7 +284,7 @@ def test_a_replace_killed_between_its_renames_is_finished_by_the_next_owner(spar
                   f"TBLPROPERTIES ('{VERSIONS_PROPERTY}' = 'file:{folder}') AS SELECT 2 AS gen")
     location = spark.sql(f"DESCRIBE DATABASE EXTENDED {db}").where("info_name = 'Location'").first()[1]
     pending = PendingWrites(store_path)
-    note_id = pending.begin({"catalog": "spark_catalog", "database": db, "name": "t", "staging": "_mt_staging_t_0",
+    note_id = pending.add({"catalog": "spark_catalog", "database": db, "name": "t", "staging": "_mt_staging_t_0",
                              "backup": "_mt_replaced_t_0", "path": new, "path_existed": False,
                              "replaced": f"file:{folder}/{old}",
                              "folders": [f"{location}/_mt_staging_t_0", f"{location}/_mt_replaced_t_0"]})

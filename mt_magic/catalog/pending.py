@@ -26,7 +26,7 @@ class PendingWrites:
     def __init__(self, store_path: str) -> None:
         self.folder = os.path.join(store_home(store_path), PENDING_DIR)
 
-    def begin(self, note: dict[str, Any]) -> str:
+    def add(self, note: dict[str, Any]) -> str:
         os.makedirs(self.folder, exist_ok=True)
         write_id = uuid.uuid4().hex
         write_json(self._path(write_id), {**note, "host": socket.gethostname(), "pid": os.getpid()},

@@ -13,7 +13,7 @@ from sqlglot import exp
 
 from mt_magic.incremental.checks import (AGGREGATE_ARGS, NotMaintainable, call_name, check_select, parse_expression,
                                          quoted)
-from mt_magic.incremental.relations import Names, Version, identifier, replaced, sql, tables
+from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
 from mt_magic.incremental.distinct import DistinctCount, distinct_count
 from mt_magic.incremental.linear import term_trees
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from mt_magic.incremental.relations import DIALECT, tables
+from mt_magic.incremental.occurrences import DIALECT, tables
 
 # What a SELECT may carry and stay maintainable; any other clause names itself in the reason.
 LINEAR_ARGS = {"expressions", "from_", "joins", "where", "laterals", "kind", "hint"}

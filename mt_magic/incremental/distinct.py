@@ -10,7 +10,7 @@ from sqlglot import exp
 
 from mt_magic.incremental.checks import NotMaintainable, quoted
 from mt_magic.incremental.linear import term_trees
-from mt_magic.incremental.relations import Names, Version, identifier, replaced, sql, tables
+from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
 
 STATE_KEY = "_g"
 STATE_VALUE = "_d"

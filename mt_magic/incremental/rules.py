@@ -26,7 +26,7 @@ from mt_magic.incremental.aggregate import Aggregate, aggregate
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.checks import LINEAR_ARGS, NotMaintainable, check_select
 from mt_magic.incremental.linear import Linear, linear_union
-from mt_magic.incremental.relations import Unparsable, identifier, parse, tables
+from mt_magic.incremental.occurrences import Unparsable, identifier, parse, tables
 from mt_magic.incremental.topn import TopN, top_n
 
 __all__ = ["Aggregate", "DistinctCount", "Linear", "Recompute", "Rule", "TopN", "maintenance"]

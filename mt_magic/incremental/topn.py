@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mt_magic.incremental.checks import CLAUSES, LINEAR_ARGS, NotMaintainable, call_name, check_select, quoted
-from mt_magic.incremental.relations import Names, Version, identifier, replaced, sql, tables
+from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
 from mt_magic.incremental.linear import term_trees
 
 @dataclass(frozen=True)

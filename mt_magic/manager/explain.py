@@ -15,7 +15,7 @@ from mt_magic.refresh.changes import SourceChange
 from mt_magic.refresh.decision import RefreshDecision, Situation, decide
 from mt_magic.refresh.full import refresh_frame
 from mt_magic.results import Result
-from mt_magic.spark.plans import physical_plan
+from mt_magic.spark.query_plans import physical_plan
 from mt_magic.spark.errors import spark_call
 
 COLUMNS = ["item", "value"]

@@ -14,7 +14,7 @@ from mt_magic import config as cfg
 from mt_magic.catalog.model import ACTIVATED, SUSPENDED, MaterializedTable
 from mt_magic.errors import MaterializedTableError, TableNotFoundError
 from mt_magic.manager.workspace import Workspace
-from mt_magic.spark.catalog import TableLookup, lookup_table
+from mt_magic.spark.tables import TableLookup, lookup_table
 from mt_magic.spark.errors import SPARK_ERRORS, error_text
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ def _unchanged(table: MaterializedTable) -> MaterializedTable:
     return table
 
 
-def cleared(table: MaterializedTable) -> MaterializedTable:
+def clear_failures(table: MaterializedTable) -> MaterializedTable:
     """The record after a run that worked: earlier failures are no longer in a row."""
     return table.evolve(consecutive_failures=0)
 
@@ -92,5 +92,5 @@ class FailureRule:
         """A run worked (a streaming job's batch): the count starts again."""
         table = self.ws.store.get(identifier)
         if table is not None and table.consecutive_failures:
-            self.ws.store.update(identifier, cleared)
+            self.ws.store.update(identifier, clear_failures)
 

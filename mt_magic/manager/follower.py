@@ -1,6 +1,6 @@
 """A client's session follows the store that another process owns: the tables it created, published
 and dropped become visible here, as Spark tables at their published versions. When the client opens
-the store, the tables its Spark catalog lacks are put back in the background (manager/restoring.py),
+the store, the tables its Spark catalog lacks are put back in the background (manager/takeover_tables.py),
 as a new owner does."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 
 from mt_magic.catalog.model import INITIALIZING, MaterializedTable
 from mt_magic.errors import MaterializedTableError
-from mt_magic.manager.restoring import Restoring
+from mt_magic.manager.takeover_tables import TakeoverTables
 from mt_magic.manager.workspace import Workspace
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
 from mt_magic.sql.statements import quote_identifier
@@ -20,9 +20,9 @@ log = logging.getLogger(__name__)
 
 
 class Follower:
-    def __init__(self, ws: Workspace, restoring: Restoring) -> None:
+    def __init__(self, ws: Workspace, tables: TakeoverTables) -> None:
         self.ws = ws
-        self._restoring = restoring
+        self._takeover_tables = tables
         self._followed: dict[str, tuple | None] = {}     # table → what this session's readers see
         self._following = threading.Lock()
 
@@ -33,14 +33,14 @@ class Follower:
         with self._following:
             tables = [t for t in self.ws.store.list() if t.refresh_status != INITIALIZING]
             self._followed = {t.identifier: _published(t) for t in tables}
-            self._restoring.start(tables, owner=False)
+            self._takeover_tables.start(tables, owner=False)
 
     def follow(self) -> None:
         """Every table whose published version changed since the last call, switched here; tables
         gone from the store, forgotten."""
         with self._following:
             seen: dict[str, tuple | None] = {}
-            failed = self._restoring.failed()          # tried again at each change, until they agree
+            failed = self._takeover_tables.failed()          # tried again at each change, until they agree
             tables = [t for t in self.ws.store.list() if t.refresh_status != INITIALIZING]
             for table in self._created_in_bulk(tables):
                 seen[table.identifier] = _published(table)
@@ -50,7 +50,7 @@ class Follower:
                 seen[table.identifier] = _published(table)
                 if self._followed.get(table.identifier) == seen[table.identifier] and table.identifier not in failed:
                     continue
-                self._restoring.ensure([table.identifier])     # its batch, if any, first
+                self._takeover_tables.ensure([table.identifier])     # its batch, if any, first
                 # Under the table's lock, from the record as it is then: a publish between our
                 # listing and our switch would otherwise be switched back.
                 with self.ws.lock(table.identifier):
@@ -61,12 +61,12 @@ class Follower:
                     seen[table.identifier] = _published(current)
                     try:
                         self.ws.storage.follow(current)
-                        self._restoring.recovered(table.identifier)
+                        self._takeover_tables.recovered(table.identifier)
                     except (MaterializedTableError, *SPARK_ERRORS) as error:
                         log.warning("Following %s: %s", table.identifier, spark_message(error))
                         seen[table.identifier] = None        # tried again at the next change
             for identifier in set(self._followed) - set(seen):
-                self._restoring.ensure([identifier])
+                self._takeover_tables.ensure([identifier])
                 self.ws.storage.forget(".".join(quote_identifier(p) for p in identifier.split(".", 2)))
             self._followed = seen
 

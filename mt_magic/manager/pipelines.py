@@ -3,7 +3,7 @@
 FULL tables have a cron job in the embedded scheduler, which fires the gateway's public refresh;
 CONTINUOUS tables have a streaming job (`streams.py`) or, where Spark cannot stream the query
 correctly, an interval job that recomputes when a source's snapshot changed. A refresh itself is a
-run (`runs.py`), retried by the failure rule (`failures.py`); a new owner's takeover is `recovery.py`.
+run (`refresh_runs.py`), retried by the failure rule (`failures.py`); a new owner's takeover is `takeover.py`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from mt_magic.catalog.history import Trigger
 from mt_magic.catalog.model import ACTIVATED, SUSPENDED, MaterializedTable, Outcome, RefreshOutcome
 from mt_magic.errors import MaterializedTableError, StateError
 from mt_magic.manager.failures import FailureRule
-from mt_magic.manager.runs import Runs
+from mt_magic.manager.refresh_runs import Runs
 from mt_magic.manager.streams import Streams, checkpoint_of, trigger_seconds
 from mt_magic.manager.upstream import UpstreamWait
 from mt_magic.manager.workspace import Workspace
@@ -31,7 +31,7 @@ from mt_magic.refresh.scheduler import WORKFLOW_GROUP, RefreshScheduler, next_fi
 from mt_magic.results import Result
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
 from mt_magic.spark.jobs import cancel_jobs
-from mt_magic.spark.session import session_info
+from mt_magic.spark.sessions import session_info
 from mt_magic.sql.freshness import CONTINUOUS, FULL, IntervalFreshness, ModeDecision
 from mt_magic.sql.zones import zone_named
 

@@ -20,7 +20,7 @@ from mt_magic.refresh.continuous import ContinuousJobs, output_mode
 from mt_magic.refresh.scheduler import RefreshScheduler
 from mt_magic.results import Result
 from mt_magic.spark.errors import SPARK_ERRORS, spark_call, spark_message
-from mt_magic.spark.session import default_parallelism
+from mt_magic.spark.sessions import default_parallelism
 from mt_magic.sql.freshness import IntervalFreshness
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from mt_magic.catalog.model import ACTIVATED, MaterializedTable, Outcome
-from mt_magic.manager.runs import Runs, freshness_s
+from mt_magic.manager.refresh_runs import Runs, freshness_s
 from mt_magic.manager.workspace import Workspace
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT
 from mt_magic.refresh.scheduler import next_fire

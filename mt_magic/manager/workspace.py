@@ -12,8 +12,8 @@ from mt_magic.catalog.pending import PendingWrites
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import StateError, TableNotFoundError, ValidationError
 from mt_magic.spark.analysis import QueryAnalyzer
-from mt_magic.spark.catalog import TableLookup, lookup_table
-from mt_magic.spark.session import conf_value
+from mt_magic.spark.tables import TableLookup, lookup_table
+from mt_magic.spark.sessions import conf_value
 from mt_magic.spark.session_catalog import SESSION_CATALOG
 from mt_magic.storage.versions import TableStorage
 from mt_magic.sql import statements as st

@@ -1,6 +1,6 @@
 """Tab in a %%mtsql cell (or after %mtsql on a line): an IPython matcher, so every Jupyter client gets
 it through the kernel's completion request. Where the cursor stands is read by syntax alone
-(`mt_magic.sql.completion`); the names come from the catalog store (materialized tables, first) and
+(`mt_magic.sql.completable`); the names come from the catalog store (materialized tables, first) and
 Spark's catalog (tables, views, columns) — lookups, never a query, so no Spark job — cached until a
 cell runs (a statement may have changed the catalog) or for `TTL_S` (another process may have)."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from IPython.core.completer import SimpleCompletion, context_matcher
 
-from mt_magic.sql.completion import (Place, Want, option_values, place, session_option_keys,
+from mt_magic.sql.completable import (Place, Want, option_values, place, session_option_keys,
                                      table_option_keys)
 from mt_magic.spark import names
 

@@ -20,7 +20,7 @@ from mt_magic.notebook.status import owner_text
 from mt_magic.notebook.variables import substitute
 from mt_magic.spark.jobs import JOB_OBSERVER
 from mt_magic.spark.kind import is_session
-from mt_magic.spark.session import active_session, restore_client_logs, session_info, silence_client_logs
+from mt_magic.spark.sessions import active_session, restore_client_logs, session_info, silence_client_logs
 from mt_magic.sql.parser import parse_cell
 from mt_magic.sql.statements import CreateMaterializedTable
 

@@ -27,7 +27,7 @@ from mt_magic.catalog.model import MaterializedTable
 from mt_magic.catalog.store import CatalogStore
 from mt_magic.errors import MaterializedTableError
 from mt_magic.spark.analysis import QueryAnalyzer
-from mt_magic.spark.catalog import TableFacts, table_facts, tables_facts
+from mt_magic.spark.tables import TableFacts, table_facts, tables_facts
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.files import WRITE_WAIT_S, Files, Listing
 from mt_magic.storage.linked import version_relative

@@ -21,10 +21,10 @@ from mt_magic.catalog.model import MaterializedTable
 from mt_magic.config import REFRESH_POLICY
 from mt_magic.errors import MaterializedTableError
 from mt_magic.incremental.cost import Estimate, SourceBytes, estimate
-from mt_magic.incremental.relations import Version
+from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
-from mt_magic.spark.plans import analysed_operators
+from mt_magic.spark.query_plans import analysed_operators
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files

@@ -27,9 +27,9 @@ from mt_magic.errors import MaterializedTableError, StateError, ValidationError
 from mt_magic.refresh.sink import APPEND, COMPLETE, BatchGate, BatchSink
 from mt_magic.spark.files import Listing
 from mt_magic.storage.versions import TableStorage
-from mt_magic.spark.catalog import forget_listing
+from mt_magic.spark.tables import forget_listing
 from mt_magic.spark.errors import SPARK_ERRORS, error_sentence, spark_message
-from mt_magic.spark.session import session_conf, session_info
+from mt_magic.spark.sessions import session_conf, session_info
 from mt_magic.spark.streaming import add_listener, unsupported_reason
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from mt_magic.catalog.model import Column, MaterializedTable, Storage, Target
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.versions import TableStorage
-from mt_magic.spark.catalog import refresh_listings
+from mt_magic.spark.tables import refresh_listings
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.frames import counting_rows, query_frame
 from mt_magic.spark.jobs import job_scope

@@ -30,17 +30,17 @@ from typing import Any
 from pyspark.sql import types as T
 
 from mt_magic.catalog.model import MaterializedTable, Storage, Target
-from mt_magic.incremental.relations import Version
+from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.rules import Aggregate, Linear
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.choice import Reading, Stateful, table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
-from mt_magic.spark.catalog import refresh_listings
+from mt_magic.spark.tables import refresh_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, query_over
 from mt_magic.spark.jobs import job_scope
-from mt_magic.spark.session import default_parallelism
+from mt_magic.spark.sessions import default_parallelism
 from mt_magic.spark.files import Listing
 from mt_magic.storage.compaction import files_for, files_to_compact
 from mt_magic.storage.manifests import CARRIED, Manifest

@@ -20,13 +20,13 @@ from typing import Any, TypeVar
 from pyspark.sql import types as T
 
 from mt_magic.errors import SparkError, ValidationError
-from mt_magic.spark.catalog import builtin_functions, is_catalog, temporary_functions
+from mt_magic.spark.tables import builtin_functions, is_catalog, temporary_functions
 from mt_magic.spark.commands import alongside, command_rows
 from mt_magic.spark.frames import query_frame
 from mt_magic.spark.errors import SPARK_ERRORS, error_class, query_position, spark_call, spark_message
-from mt_magic.spark.plans import ANALYZED, physical_plan
+from mt_magic.spark.query_plans import ANALYZED, physical_plan
 from mt_magic.spark.kind import is_connect
-from mt_magic.sql.relations import NameRef, cte_scopes, in_cte_scope, is_query, relation_positions
+from mt_magic.sql.relation_spans import NameRef, cte_scopes, in_cte_scope, is_query, relation_positions
 from mt_magic.sql.statements import ObjectName, quote_identifier
 from mt_magic.sql.tokens import Kind, tokenize
 

@@ -4,7 +4,7 @@ when many are put back into a fresh catalog at once (storage/registry.py)."""
 from __future__ import annotations
 
 from mt_magic.catalog.model import MaterializedTable, Storage
-from mt_magic.spark.catalog import partition_clause
+from mt_magic.spark.tables import partition_clause
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
 from mt_magic.storage.formats import data_source_options

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mt_magic.errors import ValidationError
-from mt_magic.spark.catalog import check_data_source
+from mt_magic.spark.tables import check_data_source
 
 # Options that steer where and how data is stored, never passed to the data source.
 RESERVED_OPTIONS = ("connector", "format", "path")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.errors import MaterializedTableError
-from mt_magic.spark.catalog import TableFacts, databases_tables, partition_metadata
+from mt_magic.spark.tables import TableFacts, databases_tables, partition_metadata
 from mt_magic.spark.errors import SPARK_ERRORS, spark_call, spark_message
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.storage.ddl import add_partitions_sql, create_table_sql, partitions_apart

@@ -27,7 +27,7 @@ from mt_magic.storage.formats import data_source_format, data_source_options, fo
 from mt_magic.storage.ddl import TABLE_PROPERTY
 from mt_magic.storage.versions import VERSION_PREFIX, version_folder
 from mt_magic.results import Result
-from mt_magic.spark.catalog import (TableLookup, database_location, lookup_table, partition_locations,
+from mt_magic.spark.tables import (TableLookup, database_location, lookup_table, partition_locations,
                                     set_table_location, switch_partition_locations, table_facts)
 from mt_magic.spark.commands import command_rows
 from mt_magic.spark.errors import spark_call
@@ -120,7 +120,7 @@ def write_table_as(spark: Any, frame: DataFrame, target: TableAsTarget, pending:
     location = files.qualify(path) if path is not None else version_folder(versions) if versions else None
     location_existed = location is not None and files.exists(location)
     versions_existed = versions is not None and files.exists(versions)
-    note_id = pending.begin({
+    note_id = pending.add({
         "catalog": target.catalog, "database": target.database, "name": target.name,
         "staging": staging, "backup": backup, "path": location, "path_existed": location_existed,
         "replaced": target.replaced_location if target.replaced_versions else None,

@@ -20,7 +20,7 @@ from urllib.parse import unquote
 
 from mt_magic.catalog.model import MaterializedTable, PartitionLocation, Storage, Target
 from mt_magic.errors import SparkError
-from mt_magic.spark.catalog import (partition_clause, partition_locations, partition_metadata, set_table_location,
+from mt_magic.spark.tables import (partition_clause, partition_locations, partition_metadata, set_table_location,
                                     switch_partition_locations, switches_partitions_at_once, table_facts)
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Listing, files_for

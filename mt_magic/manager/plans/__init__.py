@@ -12,7 +12,7 @@ from mt_magic.manager.pipelines import Pipelines
 from mt_magic.manager.plans.definitions import Definitions
 from mt_magic.manager.plans.operations import Operations
 from mt_magic.manager.plans.plan import Plan
-from mt_magic.manager.plans.session import SessionStatements
+from mt_magic.manager.plans.session_statements import SessionStatements
 from mt_magic.manager.workspace import Workspace
 from mt_magic.sql import statements as st
 

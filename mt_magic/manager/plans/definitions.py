@@ -12,12 +12,12 @@ from mt_magic import config as cfg
 from mt_magic.catalog.model import INITIALIZING, MaterializedTable, Storage
 from mt_magic.errors import ValidationError
 from mt_magic.incremental.rules import Recompute, Rule
-from mt_magic.manager.plans.plan import Family, Plan, planned
+from mt_magic.manager.plans.plan import Family, Plan, make_plan
 from mt_magic.manager.schema import (check_formatters, check_partition_keys, column_from_field,
                                      computed_type, derive_schema, keyed, with_unique_names)
 from mt_magic.results import Result
 from mt_magic.spark.analysis import AnalyzedQuery
-from mt_magic.spark.catalog import TableLookup, lookup_table
+from mt_magic.spark.tables import TableLookup, lookup_table
 from mt_magic.spark.commands import alongside
 from mt_magic.sql import statements as st
 from mt_magic.sql.freshness import AUTOMATIC, CONTINUOUS, IntervalFreshness
@@ -54,7 +54,7 @@ class Definitions(Family):
             strategy = f", {table.refresh_strategy}"
         technique = "" if table.streams else \
             f", refresh technique {self.pipelines.technique(table, judged=False)}"
-        return planned(f"would create materialized table {identifier}, refresh mode {table.refresh_mode}"
+        return make_plan(f"would create materialized table {identifier}, refresh mode {table.refresh_mode}"
                        f"{strategy}, freshness {table.freshness}{technique}", lambda: self.lifecycle.provision(table))
 
     def _analyze(self, query: str, identifier: str) -> AnalyzedQuery:
@@ -131,12 +131,12 @@ class Definitions(Family):
                 changes.get("primary_key", table.primary_key) == table.primary_key and \
                 changes.get("watermark", table.watermark) == table.watermark:
             # A notebook run again: nothing to change, and a streaming job keeps running.
-            return planned(f"would leave materialized table {table.identifier} unchanged",
+            return make_plan(f"would leave materialized table {table.identifier} unchanged",
                            lambda: Result.ok(f"Materialized table {table.identifier} is unchanged."))
         appended = self._appended(table, statement.query, analyzed, schema.columns, changes)
         check_policy(table.evolve(definition_query=analyzed.definition_query, options=changes["options"]),
                      self.pipelines.rule)
-        return planned(f"would alter materialized table {table.identifier}",
+        return make_plan(f"would alter materialized table {table.identifier}",
                        lambda: self.lifecycle.create_or_alter(table, statement.query, analyzed, appended,
                                                               changes, decision))
 
@@ -158,7 +158,7 @@ class Definitions(Family):
         columns = keyed([column_from_field(f) for f in analyzed.schema.fields], table.primary_key)
         changes: dict = {}
         appended = self._appended(table, statement.query, analyzed, columns, changes)
-        return planned(f"would alter the query of materialized table {table.identifier}",
+        return make_plan(f"would alter the query of materialized table {table.identifier}",
                        lambda: self.lifecycle.evolve_query(table, statement.query, analyzed, appended, changes))
 
 

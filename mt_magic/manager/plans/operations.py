@@ -13,7 +13,7 @@ from mt_magic.manager.explain import explain_create, explain_refresh
 from mt_magic.manager.lifecycle import Lifecycle
 from mt_magic.manager.pipelines import Pipelines
 from mt_magic.manager.plans.definitions import check_policy, check_reserved, refresh_policy
-from mt_magic.manager.plans.plan import Family, Plan, planned
+from mt_magic.manager.plans.plan import Family, Plan, make_plan
 from mt_magic.manager.schema import check_formatters
 from mt_magic.manager.workspace import Workspace
 from mt_magic.results import Result
@@ -39,14 +39,14 @@ class Operations(Family):
         self.ws.require_not_initializing(table, "alter")
         decision = self.ws.decide_mode(IntervalFreshness.from_literal(statement.freshness),
                                        table.logical_refresh_mode)
-        return planned(f"would set the freshness of {table.identifier} to {decision.freshness}, refresh "
+        return make_plan(f"would set the freshness of {table.identifier} to {decision.freshness}, refresh "
                        f"mode {decision.refresh_mode}", lambda: self.pipelines.change_mode(table, decision))
 
     def _set_refresh_mode(self, statement: st.AlterSetRefreshMode) -> Plan:
         table = self.ws.load(statement.name)
         self.ws.require_not_initializing(table, "alter")
         decision = self.ws.decide_mode(IntervalFreshness.parse(table.freshness), statement.refresh_mode)
-        return planned(f"would set the refresh mode of {table.identifier} to {decision.refresh_mode}",
+        return make_plan(f"would set the refresh mode of {table.identifier} to {decision.refresh_mode}",
                        lambda: self.pipelines.change_mode(table, decision))
 
     def _set_options(self, statement: st.AlterSetOptions) -> Plan:
@@ -58,7 +58,7 @@ class Operations(Family):
         check_formatters(options, table.partition_keys, table.columns)
         refresh_policy(options)
         check_policy(table.evolve(options=options), self.pipelines.rule)
-        return planned(f"would set {len(statement.options)} option(s) of {table.identifier}",
+        return make_plan(f"would set {len(statement.options)} option(s) of {table.identifier}",
                        lambda: self.lifecycle.set_options(table, dict(statement.options)))
 
     def _reset_options(self, statement: st.AlterResetOptions) -> Plan:
@@ -68,7 +68,7 @@ class Operations(Family):
         for key in statement.keys:
             if key in RESERVED_OPTIONS:
                 raise ValidationError(f"ALTER MATERIALIZED TABLE RESET does not support changing '{key}'.")
-        return planned(f"would reset {len(statement.keys)} option(s) of {table.identifier}",
+        return make_plan(f"would reset {len(statement.keys)} option(s) of {table.identifier}",
                        lambda: self.lifecycle.reset_options(table, tuple(statement.keys)))
 
     def _suspend(self, statement: st.AlterSuspend) -> Plan:
@@ -80,7 +80,7 @@ class Operations(Family):
                                  f"suspended, jobId is {_job_text(table)}.")
         elif table.refresh_status == SUSPENDED:
             raise StateError(f"Materialized table {table.identifier} refresh workflow has been suspended.")
-        return planned(f"would suspend materialized table {table.identifier}",
+        return make_plan(f"would suspend materialized table {table.identifier}",
                        lambda: self.pipelines.suspend(table))
 
     def _resume(self, statement: st.AlterResume) -> Plan:
@@ -92,21 +92,21 @@ class Operations(Family):
                                  f"resumed, jobId is {_job_text(table)}.")
         elif table.refresh_status == ACTIVATED:
             raise StateError(f"Materialized table {table.identifier} refresh workflow has been resumed.")
-        return planned(f"would resume materialized table {table.identifier}",
+        return make_plan(f"would resume materialized table {table.identifier}",
                        lambda: self.pipelines.resume(table, dict(statement.options)))
 
     def _refresh(self, statement: st.AlterRefresh) -> Plan:
         table = self.ws.load(statement.name)
         spec = table.check_partition_spec(statement.partition)
         target = ", ".join(f"{k}={v}" for k, v in spec.items()) or "the whole table"
-        return planned(f"would refresh {target} of {table.identifier}",
+        return make_plan(f"would refresh {target} of {table.identifier}",
                        lambda: self.pipelines.refresh(table, spec, None))
 
     def _backfill(self, statement: st.AlterBackfill) -> Plan:
         table = self.ws.load(statement.name)
         self.ws.require_not_initializing(table, "backfill")
         times = schedule_times(self.pipelines, table, statement.start, statement.end)
-        return planned(f"would run {len(times)} scheduled refreshes of {table.identifier}, "
+        return make_plan(f"would run {len(times)} scheduled refreshes of {table.identifier}, "
                        f"{times[0] if times else '-'} to {times[-1] if times else '-'}",
                        lambda: backfill(self.pipelines, table, statement.start, statement.end))
 
@@ -115,12 +115,12 @@ class Operations(Family):
         if isinstance(inner, st.AlterRefresh):
             table = self.ws.load(inner.name)
             spec = table.check_partition_spec(inner.partition)
-            return planned(f"would explain a refresh of {table.identifier}",
+            return make_plan(f"would explain a refresh of {table.identifier}",
                            lambda: explain_refresh(self.pipelines, table, spec))
         if isinstance(inner, st.CreateMaterializedTable):
             summary = self._create(inner).summary()
             definition = self.ws.analyzer.analyze(inner.query).definition_query
-            return planned(f"would explain: {summary}", lambda: explain_create(summary, definition, self.ws.spark))
+            return make_plan(f"would explain: {summary}", lambda: explain_create(summary, definition, self.ws.spark))
         raise ValidationError("EXPLAIN explains ALTER MATERIALIZED TABLE … REFRESH [PARTITION (…)] and "
                               "CREATE MATERIALIZED TABLE; run the statement with --dry-run to check others.")
 
@@ -129,13 +129,13 @@ class Operations(Family):
             table = self.ws.load(statement.name)
         except TableNotFoundError:
             if statement.if_exists:
-                return planned("nothing to drop", lambda: Result.ok("Nothing to drop."))
+                return make_plan("nothing to drop", lambda: Result.ok("Nothing to drop."))
             raise
         readers = [t.identifier for t in self.ws.store.list() if table.identifier in t.source_tables]
         if readers:
             raise ValidationError(f"Materialized table {table.identifier} is read by materialized table "
                                   f"{', '.join(readers)}: drop {'them' if len(readers) > 1 else 'it'} first.")
-        return planned(f"would drop materialized table {table.identifier}", lambda: self.lifecycle.drop(table))
+        return make_plan(f"would drop materialized table {table.identifier}", lambda: self.lifecycle.drop(table))
 
 
 def _job_text(table: MaterializedTable) -> str:

@@ -20,7 +20,7 @@ class Plan:
     apply: Callable[[], Result]
 
 
-def planned(summary: str, apply: Callable[[], Result]) -> Plan:
+def make_plan(summary: str, apply: Callable[[], Result]) -> Plan:
     return Plan(lambda: summary, apply)
 
 

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 WORKERS = 2              # scripts of DDL side by side: Spark's driver spends its time in each statement
 
 
-class Restoring:
+class TakeoverTables:
     def __init__(self, pipelines: Pipelines, catch_up: Callable[[], None]) -> None:
         self.pipelines = pipelines
         self.ws = pipelines.ws

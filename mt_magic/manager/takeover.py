@@ -1,6 +1,6 @@
 """A new owner of the store takes over: unfinished CREATEs and DROPs finished and schedules set at
 once; tables back into Spark, streams restarted and the fires nobody ran while the store had no owner
-caught up in the background (manager/restoring.py)."""
+caught up in the background (manager/takeover_tables.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from mt_magic.catalog.history import Trigger
 from mt_magic.catalog.model import ACTIVATED, INITIALIZING, SUSPENDED, MaterializedTable
 from mt_magic.errors import MaterializedTableError
 from mt_magic.manager.pipelines import Pipelines
-from mt_magic.manager.restoring import Restoring
+from mt_magic.manager.takeover_tables import TakeoverTables
 from mt_magic.refresh.periodic import SCHEDULE_TIME_FORMAT
 from mt_magic.refresh.scheduler import next_fire
 from mt_magic.spark.errors import SPARK_ERRORS, spark_message
@@ -22,15 +22,15 @@ log = logging.getLogger(__name__)
 MAX_CATCH_UPS = 1000         # missed fires run after one downtime, at most
 
 
-class Recovery:
+class Takeover:
     def __init__(self, pipelines: Pipelines) -> None:
         self.pipelines = pipelines
         self.ws = pipelines.ws
 
-    def restore(self, restoring: Restoring) -> list[str]:
+    def restore(self, background: TakeoverTables) -> list[str]:
         """Unfinished CREATEs rolled back and DROPs finished, the schedules of FULL tables and change
         detectors set (SUSPENDED ones paused); the rest — tables back into Spark, streams restarted,
-        sweeps, missed fires — goes on in the background (`restoring`). The warnings so far."""
+        sweeps, missed fires — goes on in the background (`background`). The warnings so far."""
         pipelines, warnings, tables = self.pipelines, [], []
         try:
             pipelines.finish_drops()
@@ -45,7 +45,7 @@ class Recovery:
                 pipelines.discard(table)
             except (MaterializedTableError, *SPARK_ERRORS) as error:
                 warnings.append(f"{table.identifier}: {spark_message(error)}")
-        restoring.start(tables)       # first: Spark's catalog is the long part
+        background.start(tables)       # first: Spark's catalog is the long part
         zone = self.ws.zone()
         for table in tables:
             if not table.streams:

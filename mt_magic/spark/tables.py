@@ -21,7 +21,7 @@ from mt_magic.spark import session_catalog
 from mt_magic.spark.commands import alongside, command_rows
 from mt_magic.spark.errors import SPARK_ERRORS, error_class, spark_call, spark_message
 from mt_magic.spark.kind import is_connect
-from mt_magic.spark.session import session_info
+from mt_magic.spark.sessions import session_info
 from mt_magic.sql.statements import quote_identifier, sql_string
 
 PartitionKey = session_catalog.PartitionKey

@@ -16,7 +16,7 @@ from mt_magic import config as cfg
 from mt_magic.catalog.history import RefreshEntry, RefreshHistory, Runner, Technique, Trigger
 from mt_magic.catalog.model import MaterializedTable, Outcome, RefreshOutcome, now_iso
 from mt_magic.errors import ExecutionError, MaterializedTableError, TableNotFoundError
-from mt_magic.manager.failures import cleared
+from mt_magic.manager.failures import clear_failures
 from mt_magic.manager.workspace import Workspace
 from mt_magic.refresh.changes import Change, Snapshot, SourceChange, Snapshots
 from mt_magic.refresh.choice import Chooser, Known
@@ -24,10 +24,10 @@ from mt_magic.refresh.decision import RefreshDecision, Situation, decide
 from mt_magic.refresh.full import run_refresh
 from mt_magic.refresh.incremental import Maintained, Maintainer
 from mt_magic.storage.manifests import Manifests
-from mt_magic.spark.catalog import forgetting_listings
+from mt_magic.spark.tables import forgetting_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import error_text, spark_call
-from mt_magic.spark.session import session_info
+from mt_magic.spark.sessions import session_info
 from mt_magic.sql.freshness import IntervalFreshness
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class Runs:
         root = table.storage.root
         if matched:         # the files behind the snapshot, beside the data, before the record names it
             self.manifests.write(root, matched, maintained.manifest(files))
-        updated = self.ws.store.update(table.identifier, lambda t: cleared(t.with_refresh(
+        updated = self.ws.store.update(table.identifier, lambda t: clear_failures(t.with_refresh(
             outcome, storage=result.storage, source_snapshot=matched, published_at=now_iso())))
         self.manifests.keep_only(root, matched)
         self.record(table, trigger, outcome, decision, delta_read(decision, situation, maintained))

@@ -13,16 +13,16 @@ from mt_magic.errors import TableNotFoundError, ValidationError
 from mt_magic.manager.describe import describe_rows, show_create
 from mt_magic.manager.lifecycle import Lifecycle
 from mt_magic.manager.pipelines import Pipelines
-from mt_magic.manager.plans.plan import Family, Plan, planned
+from mt_magic.manager.plans.plan import Family, Plan, make_plan
 from mt_magic.manager.schema import check_partition_keys, computed_type, derive_schema
 from mt_magic.manager.workspace import Workspace, check_folder_names
 from mt_magic.refresh.full import shape
 from mt_magic.results import Result
-from mt_magic.spark.catalog import TableLookup, lookup_table
+from mt_magic.spark.tables import TableLookup, lookup_table
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.jobs import job_scope
 from mt_magic.sql import statements as st
-from mt_magic.sql.relations import written_table
+from mt_magic.sql.relation_spans import written_table
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.storage.table_as import CREATE, IF_NOT_EXISTS, REPLACE, plan_target, retire_versions, write_table_as
 
@@ -54,14 +54,14 @@ class SessionStatements(Family):
                 regex = re.compile(_like_regex(statement.pattern), re.DOTALL)
                 names = [n for n in names if bool(regex.fullmatch(n)) != statement.negate]
             return Result.table(["materialized table"], [(n,) for n in sorted(names)])
-        return planned(f"would list the materialized tables of {catalog}.{database}", show)
+        return make_plan(f"would list the materialized tables of {catalog}.{database}", show)
 
     def _show_create(self, statement: st.ShowCreateMaterializedTable) -> Plan:
         try:
             table = self.ws.load(statement.name)
         except TableNotFoundError as error:
             raise TableNotFoundError(f"Could not execute SHOW CREATE MATERIALIZED TABLE. {error}") from None
-        return planned(f"would show how {table.identifier} was created",
+        return make_plan(f"would show how {table.identifier} was created",
                        lambda: Result.table(["result"], [(show_create(table),)], message="1 row"))
 
     def _describe(self, statement: st.DescribeTable) -> Plan:
@@ -69,7 +69,7 @@ class SessionStatements(Family):
         table = self.ws.store.get(identifier)
         if table is None:
             return self._spark(statement)
-        return planned(f"would describe {identifier}", lambda: Result.table(
+        return make_plan(f"would describe {identifier}", lambda: Result.table(
             ["col_name", "data_type", "comment"],
             describe_rows(table, statement.extended, self.pipelines.next_refresh(table),
                           self.pipelines.technique(table))))
@@ -78,7 +78,7 @@ class SessionStatements(Family):
         key, value = statement.key, statement.value
         if not key.startswith("spark."):
             self.ws.options.check(key, value)
-            return planned(f"would set '{key}'", lambda: self._apply_set(key, value))
+            return make_plan(f"would set '{key}'", lambda: self._apply_set(key, value))
         conf = self.ws.spark.conf
         before = conf.get(key, None)
         spark_call(lambda: conf.set(key, value), f"SET '{key}'")   # Spark's own check, then undone
@@ -86,7 +86,7 @@ class SessionStatements(Family):
             conf.unset(key)
         else:
             conf.set(key, before)
-        return planned(f"would set '{key}'", lambda: self._apply_set(key, value))
+        return make_plan(f"would set '{key}'", lambda: self._apply_set(key, value))
 
     def _apply_set(self, key: str, value: str) -> Result:
         if key.startswith("spark."):
@@ -99,7 +99,7 @@ class SessionStatements(Family):
         return Result.ok(f"Set '{key}' = '{value}'.")
 
     def _reset(self, statement: st.ResetOption) -> Plan:
-        return planned(f"would reset '{statement.key}'" if statement.key else "would reset all session options",
+        return make_plan(f"would reset '{statement.key}'" if statement.key else "would reset all session options",
                        lambda: self._apply_reset(statement.key))
 
     def _apply_reset(self, key: str | None) -> Result:
@@ -130,7 +130,7 @@ class SessionStatements(Family):
             with job_scope(spark, f"mt_magic:ctas:{target.identifier}", f"{statement.verb} {target.identifier}"):
                 return write_table_as(spark, shape(source, schema.columns, target.identifier), target,
                                       self.ws.pending)
-        return planned(f"{statement.verb} {target.identifier}", write)
+        return make_plan(f"{statement.verb} {target.identifier}", write)
 
     def _drop_table(self, statement: st.DropTable) -> Plan:
         parts = self.ws.analyzer.resolve(statement.name)
