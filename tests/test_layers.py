@@ -54,7 +54,7 @@ def test_pyspark_in_sql_breaks_its_contract(tmp_path):
 
 
 def test_a_second_reader_of_sql_text_breaks_the_one_lexer(tmp_path):
-    report = lint_with_line(tmp_path, "notebook/variables.py", "import sqlparse")
+    report = lint_with_line(tmp_path, "sql/placeholders.py", "import sqlparse")
     assert "One lexer: only sql/tokens reads SQL text with sqlparse BROKEN" in report
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mt_magic.notebook.variables import substitute
+from mt_magic.sql.placeholders import substitute
 from mt_magic.sql.parser import parse_cell
 from mt_magic.sql.tokens import Kind, split, tokenize, unquote_string
 

@@ -45,7 +45,7 @@ def sweep_retired(ws: Workspace) -> None:
     """Retired folders older than the retention: no reader planned before their table changed is left."""
     for note_id, folder in ws.pending.expired(ws.retention_s()):
         try:
-            ws.storage.files.delete(folder)
+            ws.files.delete(folder)
             ws.pending.end(note_id)
         except (MaterializedTableError, *SPARK_ERRORS, OSError) as error:
             log.warning("Deleting the retired folder %s: %s", folder, spark_message(error))

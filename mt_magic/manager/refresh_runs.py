@@ -50,9 +50,9 @@ class Runs:
 
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
-        self.snapshots = Snapshots(ws.spark, ws.storage.files, ws.store, ws.analyzer)
-        self.manifests = Manifests(ws.storage.files)
-        self.chooser = Chooser(ws.spark, ws.storage.files, self.snapshots)
+        self.snapshots = Snapshots(ws.spark, ws.files, ws.store, ws.analyzer)
+        self.manifests = Manifests(ws.files)
+        self.chooser = Chooser(ws.spark, ws.files, self.snapshots)
         self.maintainer = Maintainer(ws.spark, ws.storage)
         self.history = RefreshHistory(ws.store.path, int(ws.options.get(cfg.HISTORY_RETENTION)))
         self.running: set[str] = set()

@@ -154,22 +154,22 @@ class Streams:
 
     def new_checkpoint(self, table: MaterializedTable, root: str | None = None) -> str:
         folder = root or self.checkpoint_root()
-        return self.ws.storage.files.qualify(
+        return self.ws.files.qualify(
             f"{folder}/{table.catalog}/{table.database}/{table.name}-{uuid.uuid4().hex[:8]}")
 
     def delete_checkpoints(self, table: MaterializedTable) -> None:
         job = table.job
         for path in (job.checkpoint_location, job.restore_path) if job else ():
             if path:
-                self.ws.storage.files.delete(path)
+                self.ws.files.delete(path)
 
     def suspend(self, table: MaterializedTable) -> Result:
         self.stop(table.identifier)    # waits for a batch in flight, which takes the table lock
         with self.ws.lock(table.identifier):
             job = table.job
             savepoint = self.new_checkpoint(table, self.savepoint_root())
-            self.ws.storage.files.mkdirs(savepoint.rsplit("/", 1)[0])
-            self.ws.storage.files.rename(job.checkpoint_location, savepoint)
+            self.ws.files.mkdirs(savepoint.rsplit("/", 1)[0])
+            self.ws.files.rename(job.checkpoint_location, savepoint)
             handler = replace(job, restore_path=savepoint, checkpoint_location=savepoint)
             self.ws.store.update(table.identifier, lambda t: t.evolve(refresh_status=SUSPENDED,
                                                                       refresh_handler=handler))

@@ -15,6 +15,7 @@ from mt_magic.spark.analysis import QueryAnalyzer
 from mt_magic.spark.tables import TableLookup, lookup_table
 from mt_magic.spark.sessions import conf_value
 from mt_magic.spark.session_catalog import SESSION_CATALOG
+from mt_magic.spark.files import Files
 from mt_magic.storage.versions import TableStorage
 from mt_magic.sql import statements as st
 from mt_magic.sql.freshness import IntervalFreshness, ModeDecision, derive_refresh_mode
@@ -42,6 +43,11 @@ class Workspace:
         self.pending = PendingWrites(self.store.path)
         self.analyzer = QueryAnalyzer(spark)
         self.storage = TableStorage(spark)
+
+    @property
+    def files(self) -> Files:
+        """The file system the tables, their checkpoints and savepoints live on."""
+        return self.storage.files
 
     # ------------------------------------------------------------- names
     def name(self, text: str) -> st.ObjectName:

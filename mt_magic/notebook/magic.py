@@ -17,7 +17,7 @@ from mt_magic.notebook.dashboard import Dashboards, run_for_dashboard
 from mt_magic.notebook.display import ResultView
 from mt_magic.notebook.progress import progress_observer
 from mt_magic.notebook.status import owner_text
-from mt_magic.notebook.variables import substitute
+from mt_magic.sql.placeholders import substitute
 from mt_magic.spark.jobs import JOB_OBSERVER
 from mt_magic.spark.kind import is_session
 from mt_magic.spark.sessions import active_session, restore_client_logs, session_info, silence_client_logs

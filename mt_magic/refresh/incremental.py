@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import time
 import uuid
 from collections.abc import Callable
@@ -280,8 +279,9 @@ class _Names:
         self.tables: dict[int, str] = {}       # occurrence → the source's name, read as it is now
 
     def name(self, index: int, version: Version) -> str:
-        if version is Version.NEW and index in self.tables:
-            return self.tables[index]
+        return self.tables[index] if version is Version.NEW and index in self.tables else self.relation(index, version)
+
+    def relation(self, index: int, version: Version) -> str:
         return f"mt_{self.nonce}_{index}_{version.value}"
 
 
@@ -323,7 +323,7 @@ class _Relations:
                                    (Version.DELTA, change.added)):
                 build = functools.partial(files_frame, self.spark, reading.format, reading.schema,
                                           reading.options, files, reading.partition_columns)
-                self.frames[names.name(index, version)] = \
+                self.frames[names.relation(index, version)] = \
                     functools.partial(self._counted, build) if version is Version.DELTA else build
         return names
 
@@ -347,4 +347,4 @@ class _Relations:
     def query(self, sql: str) -> AbstractContextManager:
         """The query over the relations it names (the others are not even built)."""
         return query_over(self.spark, sql, {n: f() if callable(f) else f for n, f in self.frames.items()
-                                            if re.search(rf"\b{n}\b", sql)})
+                                            if n in sql})     # unique names: none holds another

@@ -28,7 +28,7 @@ from mt_magic.spark.query_plans import ANALYZED, physical_plan
 from mt_magic.spark.kind import is_connect
 from mt_magic.sql.relation_spans import NameRef, cte_scopes, in_cte_scope, is_query, relation_positions
 from mt_magic.sql.statements import ObjectName, quote_identifier
-from mt_magic.sql.tokens import Kind, tokenize
+from mt_magic.sql.tokens import Kind, quoted_names, tokenize
 
 
 @dataclass(frozen=True)
@@ -245,9 +245,9 @@ class QueryAnalyzer:
         """A view the analysed plan names with fewer than three parts is a temporary one (a persistent
         view cannot read a temporary one, so each reaches the plan through the query itself)."""
         for match in _VIEW.finditer(plans.split(ANALYZED, 1)[-1]):
-            parts = re.findall(r"`((?:[^`]|``)*)`", match.group(1))
+            parts = quoted_names(match.group(1))
             if len(parts) < 3:
-                name = ".".join(p.replace("``", "`") for p in parts)
+                name = ".".join(parts)
                 raise ValidationError(
                     f"The query reads temporary view {name}; a materialized table must only read "
                     "catalog tables and views, which outlive the session.")

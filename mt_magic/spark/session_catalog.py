@@ -10,25 +10,24 @@ the cached relation dropped instead: the next read builds its own. Only the sess
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mt_magic.errors import ParseError
 from mt_magic.spark.errors import SPARK_ERRORS
+from mt_magic.sql.parser import parse_name
 
 PartitionKey = tuple[tuple[str, str], ...]
 Facts = tuple[str, str | None, tuple[str, ...], str | None]     # type, location, partition columns, provider
 SESSION_CATALOG = "spark_catalog"
-_QUOTED = re.compile(r"`((?:[^`]|``)*)`(?:\.|$)")
-
-
 def _parts(spark: Any, quoted: str) -> list[str]:
-    """The parts of a name quoted part by part (as mt_magic quotes), else as Spark's parser reads it."""
-    found = _QUOTED.findall(quoted)
-    if "".join(f"`{p}`." for p in found)[:-1] == quoted:
-        return [p.replace("``", "`") for p in found]
+    """The parts of a name as the statement parser reads it; else as Spark's parser does."""
+    try:
+        return list(parse_name(quoted).parts)
+    except ParseError:
+        pass
     parts = spark._jsparkSession.sessionState().sqlParser().parseMultipartIdentifier(quoted)
     return [parts.apply(i) for i in range(parts.size())]
 

@@ -23,6 +23,7 @@ from mt_magic.spark.errors import SPARK_ERRORS, error_class, spark_call, spark_m
 from mt_magic.spark.kind import is_connect
 from mt_magic.spark.sessions import session_info
 from mt_magic.sql.statements import quote_identifier, sql_string
+from mt_magic.sql.tokens import quoted_names
 
 PartitionKey = session_catalog.PartitionKey
 _NO_DATA_SOURCE = re.compile(r"\[[A-Z_]*DATA_SOURCE_NOT_(FOUND|ENABLED)\]")
@@ -143,8 +144,8 @@ def _listed(spark: Any, patterns: dict[tuple[str, str], str]) -> dict[tuple[str,
 
 def _facts_of_information(information: str) -> TableFacts:
     details = dict(line.split(": ", 1) for line in information.splitlines() if ": " in line)
-    columns = re.findall(r"`((?:[^`]|``)*)`", details.get("Partition Columns", ""))
-    return TableFacts(details.get("Type", ""), details.get("Location"), tuple(c.replace("``", "`") for c in columns),
+    columns = quoted_names(details.get("Partition Columns", ""))
+    return TableFacts(details.get("Type", ""), details.get("Location"), tuple(columns),
                       provider=details.get("Provider"))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pyspark.errors import PySparkException
@@ -10,24 +9,12 @@ from pyspark.sql import types as T
 
 from mt_magic.errors import ValidationError
 from mt_magic.sql.statements import quote_identifier
-
-_FLINK_TYPES = [
-    (re.compile(r"\bTIMESTAMP_LTZ\s*(\(\s*\d+\s*\))?", re.I), "TIMESTAMP"),
-    (re.compile(r"\bTIMESTAMP\s*\(\s*\d+\s*\)\s+WITH\s+LOCAL\s+TIME\s+ZONE", re.I), "TIMESTAMP"),
-    (re.compile(r"\bTIMESTAMP\s*(\(\s*\d+\s*\))?\s+WITHOUT\s+TIME\s+ZONE", re.I), "TIMESTAMP_NTZ"),
-    (re.compile(r"\bTIMESTAMP\s*\(\s*\d+\s*\)", re.I), "TIMESTAMP"),
-    (re.compile(r"\b(VAR)?CHAR\s*\(\s*\d+\s*\)", re.I), "STRING"),
-    (re.compile(r"\b(VAR)?BINARY\s*\(\s*\d+\s*\)|\bBYTES\b", re.I), "BINARY"),
-]
-
+from mt_magic.sql.type_names import spark_spelling
 
 def parse_type(text: str, column: str) -> T.DataType:
     """A declared column type: Spark's types, with Flink-only spellings mapped onto them."""
-    ddl = text
-    for pattern, replacement in _FLINK_TYPES:
-        ddl = pattern.sub(replacement, ddl)
     try:
-        return T.DataType.fromDDL(ddl)
+        return T.DataType.fromDDL(spark_spelling(text))
     except (PySparkException, ValueError):
         raise ValidationError(f"Column '{column}' has an unknown data type '{text}'.") from None
 

@@ -184,6 +184,11 @@ def _segment(tokens: list[Token]) -> Segment:
     return Segment(tokens + [Token(Kind.EOF, "", end, end)], tokens[0].start, end)
 
 
+def quoted_names(text: str) -> list[str]:
+    """The backquoted names in a text Spark wrote (a plan, DESCRIBE's rows), as they are unquoted."""
+    return [token.value for token in tokenize(text) if token.kind is Kind.QUOTED]
+
+
 def unquote_string(token: Token) -> str:
     """The value of a Spark string literal: backslash escapes and doubled quotes resolved, a raw
     literal (R'…') as written."""

@@ -91,8 +91,8 @@ class Definitions(Family):
         fmt = data_source_format(self.ws.spark, options, default="parquet")
         if "path" in options:
             root = options["path"]
-            existed = storage.files.exists(root)
-            if existed and not storage.files.is_empty_dir(root):
+            existed = self.ws.files.exists(root)
+            if existed and not self.ws.files.is_empty_dir(root):
                 raise ValidationError(f"Option 'path' = '{root}' names a folder that is not empty; "
                                       "a materialized table needs a folder of its own.")
             return storage.first_storage(root, fmt, owns_root=not existed)
