@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from mt_magic.sql.freshness import FreshnessLiteral
@@ -209,3 +210,17 @@ class Explain(Statement):
     """EXPLAIN of a materialized table's statement: what it would do, and Spark's plan."""
 
     statement: Statement | None = None
+
+
+def like_regex(pattern: str) -> str:
+    """SQL LIKE: % any run, _ one character, backslash escapes."""
+    out, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        out.append(".*" if char == "%" else "." if char == "_" else re.escape(char))
+        i += 1
+    return "".join(out)

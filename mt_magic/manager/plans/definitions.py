@@ -55,7 +55,7 @@ class Definitions(Family):
         technique = "" if table.streams else \
             f", refresh technique {self.pipelines.technique(table, judged=False)}"
         return make_plan(f"would create materialized table {identifier}, refresh mode {table.refresh_mode}"
-                       f"{strategy}, freshness {table.freshness}{technique}", lambda: self.lifecycle.provision(table))
+                         f"{strategy}, freshness {table.freshness}{technique}", lambda: self.lifecycle.provision(table))
 
     def _analyze(self, query: str, identifier: str) -> AnalyzedQuery:
         analyzed = self.ws.analyzer.analyze(query)
@@ -132,13 +132,13 @@ class Definitions(Family):
                 changes.get("watermark", table.watermark) == table.watermark:
             # A notebook run again: nothing to change, and a streaming job keeps running.
             return make_plan(f"would leave materialized table {table.identifier} unchanged",
-                           lambda: Result.ok(f"Materialized table {table.identifier} is unchanged."))
+                             lambda: Result.ok(f"Materialized table {table.identifier} is unchanged."))
         appended = self._appended(table, statement.query, analyzed, schema.columns, changes)
         check_policy(table.evolve(definition_query=analyzed.definition_query, options=changes["options"]),
                      self.pipelines.rule)
         return make_plan(f"would alter materialized table {table.identifier}",
-                       lambda: self.lifecycle.create_or_alter(table, statement.query, analyzed, appended,
-                                                              changes, decision))
+                         lambda: self.lifecycle.create_or_alter(table, statement.query, analyzed, appended,
+                                                                changes, decision))
 
     def _appended(self, table: MaterializedTable, query: str, analyzed: AnalyzedQuery, columns: tuple,
                   changes: dict) -> tuple:
@@ -159,7 +159,7 @@ class Definitions(Family):
         changes: dict = {}
         appended = self._appended(table, statement.query, analyzed, columns, changes)
         return make_plan(f"would alter the query of materialized table {table.identifier}",
-                       lambda: self.lifecycle.evolve_query(table, statement.query, analyzed, appended, changes))
+                         lambda: self.lifecycle.evolve_query(table, statement.query, analyzed, appended, changes))
 
 
 def refresh_policy(options: Mapping[str, str]) -> str:

@@ -40,14 +40,14 @@ class Operations(Family):
         decision = self.ws.decide_mode(IntervalFreshness.from_literal(statement.freshness),
                                        table.logical_refresh_mode)
         return make_plan(f"would set the freshness of {table.identifier} to {decision.freshness}, refresh "
-                       f"mode {decision.refresh_mode}", lambda: self.pipelines.change_mode(table, decision))
+                         f"mode {decision.refresh_mode}", lambda: self.pipelines.change_mode(table, decision))
 
     def _set_refresh_mode(self, statement: st.AlterSetRefreshMode) -> Plan:
         table = self.ws.load(statement.name)
         self.ws.require_not_initializing(table, "alter")
         decision = self.ws.decide_mode(IntervalFreshness.parse(table.freshness), statement.refresh_mode)
         return make_plan(f"would set the refresh mode of {table.identifier} to {decision.refresh_mode}",
-                       lambda: self.pipelines.change_mode(table, decision))
+                         lambda: self.pipelines.change_mode(table, decision))
 
     def _set_options(self, statement: st.AlterSetOptions) -> Plan:
         table = self.ws.load(statement.name)
@@ -59,7 +59,7 @@ class Operations(Family):
         refresh_policy(options)
         check_policy(table.evolve(options=options), self.pipelines.rule)
         return make_plan(f"would set {len(statement.options)} option(s) of {table.identifier}",
-                       lambda: self.lifecycle.set_options(table, dict(statement.options)))
+                         lambda: self.lifecycle.set_options(table, dict(statement.options)))
 
     def _reset_options(self, statement: st.AlterResetOptions) -> Plan:
         table = self.ws.load(statement.name)
@@ -69,7 +69,7 @@ class Operations(Family):
             if key in RESERVED_OPTIONS:
                 raise ValidationError(f"ALTER MATERIALIZED TABLE RESET does not support changing '{key}'.")
         return make_plan(f"would reset {len(statement.keys)} option(s) of {table.identifier}",
-                       lambda: self.lifecycle.reset_options(table, tuple(statement.keys)))
+                         lambda: self.lifecycle.reset_options(table, tuple(statement.keys)))
 
     def _suspend(self, statement: st.AlterSuspend) -> Plan:
         table = self.ws.load(statement.name)
@@ -81,7 +81,7 @@ class Operations(Family):
         elif table.refresh_status == SUSPENDED:
             raise StateError(f"Materialized table {table.identifier} refresh workflow has been suspended.")
         return make_plan(f"would suspend materialized table {table.identifier}",
-                       lambda: self.pipelines.suspend(table))
+                         lambda: self.pipelines.suspend(table))
 
     def _resume(self, statement: st.AlterResume) -> Plan:
         table = self.ws.load(statement.name)
@@ -93,22 +93,22 @@ class Operations(Family):
         elif table.refresh_status == ACTIVATED:
             raise StateError(f"Materialized table {table.identifier} refresh workflow has been resumed.")
         return make_plan(f"would resume materialized table {table.identifier}",
-                       lambda: self.pipelines.resume(table, dict(statement.options)))
+                         lambda: self.pipelines.resume(table, dict(statement.options)))
 
     def _refresh(self, statement: st.AlterRefresh) -> Plan:
         table = self.ws.load(statement.name)
         spec = table.check_partition_spec(statement.partition)
         target = ", ".join(f"{k}={v}" for k, v in spec.items()) or "the whole table"
         return make_plan(f"would refresh {target} of {table.identifier}",
-                       lambda: self.pipelines.refresh(table, spec, None))
+                         lambda: self.pipelines.refresh(table, spec, None))
 
     def _backfill(self, statement: st.AlterBackfill) -> Plan:
         table = self.ws.load(statement.name)
         self.ws.require_not_initializing(table, "backfill")
         times = schedule_times(self.pipelines, table, statement.start, statement.end)
         return make_plan(f"would run {len(times)} scheduled refreshes of {table.identifier}, "
-                       f"{times[0] if times else '-'} to {times[-1] if times else '-'}",
-                       lambda: backfill(self.pipelines, table, statement.start, statement.end))
+                         f"{times[0] if times else '-'} to {times[-1] if times else '-'}",
+                         lambda: backfill(self.pipelines, table, statement.start, statement.end))
 
     def _explain(self, statement: st.Explain) -> Plan:
         inner = statement.statement
@@ -116,7 +116,7 @@ class Operations(Family):
             table = self.ws.load(inner.name)
             spec = table.check_partition_spec(inner.partition)
             return make_plan(f"would explain a refresh of {table.identifier}",
-                           lambda: explain_refresh(self.pipelines, table, spec))
+                             lambda: explain_refresh(self.pipelines, table, spec))
         if isinstance(inner, st.CreateMaterializedTable):
             summary = self._create(inner).summary()
             definition = self.ws.analyzer.analyze(inner.query).definition_query

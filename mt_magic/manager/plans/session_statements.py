@@ -23,7 +23,7 @@ from mt_magic.spark.errors import spark_call
 from mt_magic.spark.jobs import job_scope
 from mt_magic.sql import statements as st
 from mt_magic.sql.relation_spans import written_table
-from mt_magic.sql.statements import quote_identifier
+from mt_magic.sql.statements import like_regex, quote_identifier
 from mt_magic.storage.table_as import CREATE, IF_NOT_EXISTS, REPLACE, plan_target, retire_versions, write_table_as
 
 
@@ -51,7 +51,7 @@ class SessionStatements(Family):
         def show() -> Result:
             names = [n for c, d, n in self.ws.store.names() if (c, d) == (catalog, database)]
             if statement.pattern is not None:
-                regex = re.compile(_like_regex(statement.pattern), re.DOTALL)
+                regex = re.compile(like_regex(statement.pattern), re.DOTALL)
                 names = [n for n in names if bool(regex.fullmatch(n)) != statement.negate]
             return Result.table(["materialized table"], [(n,) for n in sorted(names)])
         return make_plan(f"would list the materialized tables of {catalog}.{database}", show)
@@ -62,7 +62,7 @@ class SessionStatements(Family):
         except TableNotFoundError as error:
             raise TableNotFoundError(f"Could not execute SHOW CREATE MATERIALIZED TABLE. {error}") from None
         return make_plan(f"would show how {table.identifier} was created",
-                       lambda: Result.table(["result"], [(show_create(table),)], message="1 row"))
+                         lambda: Result.table(["result"], [(show_create(table),)], message="1 row"))
 
     def _describe(self, statement: st.DescribeTable) -> Plan:
         identifier = ".".join(self.ws.analyzer.resolve(statement.name))
@@ -100,7 +100,7 @@ class SessionStatements(Family):
 
     def _reset(self, statement: st.ResetOption) -> Plan:
         return make_plan(f"would reset '{statement.key}'" if statement.key else "would reset all session options",
-                       lambda: self._apply_reset(statement.key))
+                         lambda: self._apply_reset(statement.key))
 
     def _apply_reset(self, key: str | None) -> Result:
         for name in [key] if key else list(self._spark_conf_before):
@@ -185,17 +185,3 @@ def _instead(verb: str, after: str) -> str:
                 "TABLE … SET (…) / RESET for its options")
     return ("it is written only by its refreshes: use ALTER MATERIALIZED TABLE … REFRESH [PARTITION (…)], or "
             "change what it holds with ALTER MATERIALIZED TABLE … AS")
-
-
-def _like_regex(pattern: str) -> str:
-    """SQL LIKE: % any run, _ one character, backslash escapes."""
-    out, i = [], 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\" and i + 1 < len(pattern):
-            out.append(re.escape(pattern[i + 1]))
-            i += 2
-            continue
-        out.append(".*" if char == "%" else "." if char == "_" else re.escape(char))
-        i += 1
-    return "".join(out)
