@@ -119,26 +119,29 @@ def tables(spark, gw):
 
 def test_an_aggregates_state_rides_in_its_data_files_unless_having_filters_groups(spark, gw):
     """One write makes data and state where the data has a row per group: the state's columns are in the
-    data's files, and the table does not show them; with HAVING the state is written apart."""
-    spark.sql("CREATE TABLE src (k INT, amount DOUBLE) USING parquet")
-    spark.sql("INSERT INTO src VALUES (1, 1.0), (2, 2.0), (1, 3.0)")
-    query = "SELECT k, SUM(amount) AS total FROM src GROUP BY k"
+    data's files, and the table does not show them; a state column the data holds as it is (a key, a
+    double SUM) is not written twice, one whose column type could not hold it (a DECIMAL sum) is; with
+    HAVING the state is written apart."""
+    spark.sql("CREATE TABLE src (k INT, amount DOUBLE, price DECIMAL(10, 2)) USING parquet")
+    spark.sql("INSERT INTO src VALUES (1, 1.0, 1.25), (2, 2.0, NULL), (1, 3.0, 2.50)")
+    query = "SELECT k, SUM(amount) AS total, SUM(price) AS cost FROM src GROUP BY k"
     for name, having in (("carried", ""), ("apart", " HAVING COUNT(*) > 1")):
         gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL "
                    f"AS {query}{having}")
-    spark.sql("INSERT INTO src VALUES (2, 5.0), (3, 1.0)")
-    for name, having in (("carried", ""), ("apart", " HAVING COUNT(*) > 1")):
-        gw.refresh(name)
-        assert gw.history(name, limit=1)[0]["technique"] == "incremental"
-        assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query + having).collect())
-        assert spark.table(name).columns == ["k", "total"]
-        folder = _location(spark, name)
-        in_files = spark.read.parquet(folder).columns
-        if having:
-            assert os.path.isdir(os.path.join(folder, "_state")) and in_files == ["k", "total"]
-        else:
-            assert not os.path.exists(os.path.join(folder, "_state"))
-            assert in_files == ["k", "total", "__mt_state_g0", "__mt_state_a0"]
+    for rows in ("(2, 5.0, 0.75), (3, 1.0, 9.99)", "(3, 2.0, NULL), (4, NULL, 1.00)"):
+        spark.sql(f"INSERT INTO src VALUES {rows}")
+        for name, having in (("carried", ""), ("apart", " HAVING COUNT(*) > 1")):
+            gw.refresh(name)
+            assert gw.history(name, limit=1)[0]["technique"] == "incremental"
+            assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query + having).collect())
+            assert spark.table(name).columns == ["k", "total", "cost"]
+            folder = _location(spark, name)
+            in_files = spark.read.parquet(folder).columns
+            if having:
+                assert os.path.isdir(os.path.join(folder, "_state")) and in_files == ["k", "total", "cost"]
+            else:
+                assert not os.path.exists(os.path.join(folder, "_state"))
+                assert in_files == ["k", "total", "cost", "__mt_state_a1"]
 
 
 def test_a_partitioned_aggregate_rewrites_only_the_partitions_its_change_touches(spark, gw):

@@ -6,7 +6,7 @@ HAVING applied."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -72,12 +72,11 @@ class Aggregate:
         group = f" GROUP BY {', '.join(keys)}" if keys else ""
         return f"SELECT {', '.join(columns)} FROM ({union}) AS merged{group}"
 
-    def output(self, state: str, names: Sequence[str], carry: str | None = None) -> str:
-        """The result from a state, its columns named `names` (the table's query columns). `carry`: the
-        state's columns follow, each renamed with this prefix (one row per group: no HAVING)."""
+    def output(self, state: str, names: Sequence[str], carry: Mapping[str, str] | None = None) -> str:
+        """The result from a state, its columns named `names` (the table's query columns). `carry`: state
+        columns that follow, each under the name it maps to (one row per group: no HAVING)."""
         columns = [f"{final} AS {quoted(name)}" for final, name in zip(self.finals, names, strict=True)]
-        if carry is not None:
-            columns += [f"{c} AS {quoted(carry + c)}" for c in self.state_columns]
+        columns += [f"{c} AS {quoted(name)}" for c, name in (carry or {}).items()]
         where = f" WHERE {self.having}" if self.having else ""
         return f"SELECT {', '.join(columns)} FROM {state}{where}"
 

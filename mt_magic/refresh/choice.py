@@ -233,8 +233,7 @@ class Chooser:
         state = sum(size for path in manifest.state_paths(table.storage) for size, _ in
                     self.files.listing(path).values()) if isinstance(rule, STATEFUL) else None
         if state is not None and manifest.carried:
-            carried = len(manifest.state_columns)
-            state = state * carried // (carried + len(table.columns))
+            state = state * len(manifest.state_columns) // (manifest.hidden_columns + len(table.columns))
         return estimate(branches, sources, state)
 
 

@@ -8,16 +8,14 @@ a source Spark reads as listed by its name, and publishes only if it held still)
 is written and published as a new version that links the old files and adds the new ones (tables
 reading this one see an append). An aggregate's state (partials per group) or a top-N's (the
 ranked rows within N) is merged with the change's, and the data is the state's final projection: data and
-state are published together, or neither is. Where the data has a row per group (an aggregate with no
-HAVING) in a format read by column name (Parquet), the state's columns are written in the data's own
-files under hidden names (`__mt_state…`) that the table's schema does not read: one write makes both.
-Elsewhere the state is written first, beside the new version's data (`_state`, a folder readers skip).
+state are published together, or neither is. Where the data has a row per group, the state rides in
+the data's own files (`refresh/carried`); elsewhere it is written first, beside the new version's data
+(`_state`, a folder readers skip).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import time
 import uuid
 from collections.abc import Callable
@@ -26,11 +24,10 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import types as T
-
 from mt_magic.catalog.model import MaterializedTable, Storage, Target
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.rules import Aggregate, Linear
+from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.choice import Reading, Stateful, table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
@@ -42,7 +39,7 @@ from mt_magic.spark.jobs import job_scope
 from mt_magic.spark.sessions import default_parallelism
 from mt_magic.spark.files import Listing
 from mt_magic.storage.compaction import files_for, files_to_compact
-from mt_magic.storage.manifests import CARRIED, Manifest
+from mt_magic.storage.manifests import Manifest
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.linked import extended
 from mt_magic.storage.versions import TableStorage
@@ -50,7 +47,6 @@ from mt_magic.sql.statements import quote_identifier
 
 STATE_FOLDER = "_state"
 STATE_FORMAT = "parquet"
-CARRYING_FORMATS = ("parquet",)      # formats whose readers pick columns by name
 
 
 @dataclass(frozen=True)
@@ -66,31 +62,6 @@ class Maintained:
 
     def manifest(self, listings: dict) -> Manifest:
         return Manifest(listings, self.state, self.state_schema, self.state_format)
-
-
-def carries_state(table: MaterializedTable, rule: Stateful) -> bool:
-    """The state's columns can ride in the data's files: a row per group, read by column name, and no
-    column of the table's that could be mistaken for them."""
-    return isinstance(rule, Aggregate) and rule.having is None and \
-        table.storage.format.lower() in CARRYING_FORMATS and \
-        not any(c.name.lower().startswith(CARRIED) for c in table.columns)
-
-
-def partitioning_key(table: MaterializedTable, rule: Stateful, manifest: Manifest) -> str | None:
-    """The state's key column that a table's one partition column is, where a refresh may rewrite only
-    the partitions its change touches: the state is in the data's files, and the column is the group
-    key as it is, stored with the key's own type (no two key values share a partition)."""
-    if len(table.partition_keys) != 1 or not isinstance(rule, Aggregate) or not manifest.carried or \
-            not carries_state(table, rule):
-        return None
-    partition = table.partition_keys[0].lower()
-    names = [name.lower() for name in table.query_columns]
-    declared = next((c for c in table.columns if c.name.lower() == partition), None)
-    column = rule.key_column(names.index(partition)) if partition in names else None
-    if column is None or declared is None or declared.computed is not None:
-        return None
-    stored = {f["name"]: f["type"] for f in json.loads(manifest.state_schema)["fields"]}
-    return column if stored.get(f"{CARRIED}{column}") == declared.type_json else None
 
 
 class Maintainer:
@@ -113,7 +84,7 @@ class Maintainer:
             names = relations.naming(rule.sources, changes, readings)
             if isinstance(rule, Linear):
                 return self._append(table, rule, changes, relations)
-            old = relations.add("old_state", self._state(table, manifest))
+            old = relations.add("old_state", read_state(self.spark, table, manifest))
             within = partitioning_key(table, rule, manifest)
             merged = rule.merged(old, appended, names.name, within) if within else \
                 rule.merged(old, appended, names.name)
@@ -148,14 +119,6 @@ class Maintainer:
 
     def _scope(self, table: MaterializedTable, what: str) -> _Relations:
         return _Relations(self.spark, table, what)
-
-    def _state(self, table: MaterializedTable, manifest: Manifest) -> Any:
-        """The published state, its columns by the names the rule's SQL gives them."""
-        schema = T.StructType.fromJson(json.loads(manifest.state_schema))
-        frame = self.spark.read.format(manifest.state_format).schema(schema).load(
-            manifest.state_paths(table.storage))
-        carried = [f.name for f in schema.fields if f.name.startswith(CARRIED)]
-        return frame.selectExpr(*[f"`{n}` AS `{n[len(CARRIED):]}`" for n in carried]) if carried else frame
 
     def _append(self, table: MaterializedTable, rule: Linear, changes: dict[str, SourceDelta],
                 relations: _Relations) -> Maintained:
@@ -230,9 +193,11 @@ class Maintainer:
                   started: float, touched: bool) -> Maintained:
         """One write: the result's columns and the state's, in the same files; `touched`: of the
         partitions written, the others published as they are."""
-        hidden = [f"{CARRIED}{c}" for c in rule.state_columns]
-        output_sql = rule.output(f"({state_sql}) AS mt_state", table.query_columns, CARRIED)
-        with relations.query(shaped_sql(output_sql, table.columns, table.identifier, carried=hidden)) as output:
+        held = in_data(table, rule)
+        names = hidden(rule, held)
+        output_sql = rule.output(f"({state_sql}) AS mt_state", table.query_columns, names)
+        with relations.query(shaped_sql(output_sql, table.columns, table.identifier,
+                                        carried=list(names.values()))) as output:
             frame, rows = counting_rows(output)
             version = self.storage.new_version(table)
             self._write(table, frame, version)
@@ -247,9 +212,9 @@ class Maintainer:
             target = Target(key=key, values=tuple(dict(spec)[key] for spec, _ in
                                                   self.storage.written_partitions(version, table.partition_keys)))
         published = self._publish(table, version, target, relations.verify)
-        state_schema = T.StructType([f for f in schema.result().fields if f.name in hidden])
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
-                          version, state_schema.json(), read, table.storage.format.lower())
+                          version, state_schema(rule, held, table, schema.result()), read,
+                          table.storage.format.lower())
 
     def _write(self, table: MaterializedTable, frame: Any, folder: str) -> None:
         writer = folder_writer(frame, table.storage.format, data_source_options(table.options), table.partition_keys)

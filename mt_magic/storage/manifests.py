@@ -38,9 +38,19 @@ class Manifest:
     state_format: str = "parquet"           # the format its files are written in
 
     @cached_property
+    def state_fields(self) -> tuple[dict, ...]:
+        """The state's fields, from its schema (parsed once per manifest)."""
+        return tuple(json.loads(self.state_schema)["fields"]) if self.state_schema else ()
+
+    @property
     def state_columns(self) -> tuple[str, ...]:
-        """The state's column names, from its schema (parsed once per manifest)."""
-        return tuple(f["name"] for f in json.loads(self.state_schema)["fields"]) if self.state_schema else ()
+        return tuple(f["name"] for f in self.state_fields)
+
+    @property
+    def hidden_columns(self) -> int:
+        """How many of a carried state's columns the data's files hold beside the table's own (the
+        others are read from the table's columns)."""
+        return sum(1 for f in self.state_fields if "column" not in (f.get("metadata") or {}))
 
     @property
     def carried(self) -> bool:
