@@ -41,7 +41,10 @@ tasks into a day-partitioned source (<= 1.1× the better technique), and 'soak',
 each refreshed (the last refreshes and a reader's scan within 1.3× of the early ones and of a compacted
 copy's).
 
-    python benchmarks/incremental.py [rows] [shapes] [lag] [policy] [layouts] [soak]   (none named: all)
+And (`benchmarks/rewrites.py`) 'rewrites': a day reprocessed, compacted, a key's rows deleted from it and
+a dimension corrected, each refreshed, against plain Spark's recompute.
+
+    python benchmarks/incremental.py [rows] [shapes] [lag] [policy] [layouts] [soak] [rewrites]   (none named: all)
 """
 
 from __future__ import annotations
@@ -54,11 +57,12 @@ import sys
 import threading
 import time
 
+from rewrites import report_rewrites, rewrites
 from small_files import layouts, report_layouts, report_soak, soak
 from workload import exit_on_missed, open_gateway, timed
 
 ROWS = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 30_000_000
-PARTS = [a for a in sys.argv[1:] if not a.isdigit()] or ["shapes", "lag", "policy", "layouts", "soak"]
+PARTS = [a for a in sys.argv[1:] if not a.isdigit()] or ["shapes", "lag", "policy", "layouts", "soak", "rewrites"]
 FILES = 24
 ROUNDS = 3          # appends per phase: each figure is the median over them
 KEYS = 10_000
@@ -320,8 +324,10 @@ def report_lag(lags: list[float], targets: dict) -> None:
 
 def main() -> None:
     spark, gateway = open_gateway("incremental")
-    results, lags, policies, small, soaked = {}, [], {}, {}, {}
+    results, lags, policies, small, soaked, rewritten = {}, [], {}, {}, {}, []
     try:
+        if "rewrites" in PARTS:
+            rewritten = rewrites(spark, gateway, ROWS, equal, jobs_of)
         if "layouts" in PARTS:
             small = layouts(spark, gateway, ROWS // 6, equal)
         if "soak" in PARTS:
@@ -353,6 +359,8 @@ def main() -> None:
         report_layouts(small, ROWS // 6, targets)
     if soaked:
         report_soak(soaked, targets)
+    if rewritten:
+        report_rewrites(rewritten, targets)
     exit_on_missed(targets)
 
 

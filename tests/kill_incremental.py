@@ -1,7 +1,9 @@
 """Run by test_kill: a new owner of the store refreshes an aggregate incrementally and SIGKILLs itself at
 one point of it (argv[5]): after its version was begun; after data and state were written in it (a state
 in the data's files), or after its state was written and after it joined the new version (a state of
-its own); after the version was published, or after the manifest naming the new state was written."""
+its own); after the partials kept per source partition were moved into it (argv[6] "partitioned": the
+source is partitioned by day, and a day was rewritten); after the version was published, or after the
+manifest naming the new state was written."""
 
 import os
 import signal
@@ -13,10 +15,15 @@ from mt_magic.spark.files import files_for
 from mt_magic.storage.manifests import Manifests
 from mt_magic.storage.versions import TableStorage
 
-store, source, warehouse, database, point = sys.argv[1:6]
+store, source, warehouse, database, point, layout = sys.argv[1:7]
 spark = local_session("mt_magic-kill-incremental", warehouse=warehouse)
 spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
-spark.sql(f"CREATE TABLE {database}.src (k INT, amount DOUBLE) USING parquet LOCATION '{source}'")
+if layout == "partitioned":
+    spark.sql(f"CREATE TABLE {database}.src (k INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds) "
+              f"LOCATION '{source}'")
+    spark.sql(f"ALTER TABLE {database}.src RECOVER PARTITIONS")
+else:
+    spark.sql(f"CREATE TABLE {database}.src (k INT, amount DOUBLE) USING parquet LOCATION '{source}'")
 gateway = Gateway(spark, catalog_store=store)
 
 
@@ -46,6 +53,8 @@ elif point == "state-written":       # the merged state written; the data's vers
     after(TableStorage, "new_version", lambda *args: versions.append(1) or len(versions) == 2)
 elif point == "state-moved":         # the state moved into the new version, not yet published
     after(type(files_for(spark)), "rename", lambda source_path, target: target.endswith("/_state"))
+elif point == "partials-moved":      # the partials kept per day moved into the new version, not yet published
+    after(type(files_for(spark)), "rename", lambda source_path, target: "/_provenance/" in target)
 elif point == "published":           # readers see the new version; the record still names the old
     after(TableStorage, "publish")
 elif point == "manifest":            # the manifest of the new state written; the record not yet

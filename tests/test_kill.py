@@ -149,28 +149,45 @@ def test_a_write_killed_inside_the_store_leaves_no_temporary_file_for_long(spark
 
 
 @pytest.mark.processes      # the killed process is a classic session whatever the suite's kind
-@pytest.mark.parametrize("point, having", [
-    ("begun", ""), ("written", ""), ("published", ""), ("manifest", ""),       # the state in the data's files
-    ("state-written", " HAVING COUNT(*) > 0"), ("state-moved", " HAVING COUNT(*) > 0")])     # a state apart
+@pytest.mark.parametrize("point, having, layout", [
+    ("begun", "", ""), ("written", "", ""), ("published", "", ""), ("manifest", "", ""),   # the state in the data's files
+    ("state-written", " HAVING COUNT(*) > 0", ""), ("state-moved", " HAVING COUNT(*) > 0", ""),     # a state apart
+    # a day of a partitioned source rewritten: its partials retracted, the partials kept per day staged
+    ("state-written", "", "partitioned"), ("partials-moved", "", "partitioned"), ("manifest", "", "partitioned")])
 def test_sigkill_in_an_incremental_refresh_leaves_state_and_data_that_agree(spark, db, tmp_path, store_path,
-                                                                            point, having):
+                                                                            point, having, layout):
     source = str(tmp_path / "src")
-    spark.sql(f"CREATE TABLE src (k INT, amount DOUBLE) USING parquet LOCATION '{source}'")
-    spark.sql("INSERT INTO src VALUES (1, 1.0), (2, 2.0), (NULL, 3.0)")
+    partitioned = layout == "partitioned"
+    spark.sql(f"CREATE TABLE src (k INT, amount DOUBLE{', ds STRING' if partitioned else ''}) USING parquet "
+              f"{'PARTITIONED BY (ds) ' if partitioned else ''}LOCATION '{source}'")
+
+    def values(*rows) -> str:        # (k, amount, day): the day where the source has days
+        return ", ".join(f"({k}, {amount}, '{d}')" if partitioned else f"({k}, {amount})" for k, amount, d in rows)
+
+    spark.sql(f"INSERT INTO src VALUES {values((1, 1.0, 'a'), (2, 2.0, 'b'), ('NULL', 3.0, 'a'))}")
     query = f"SELECT k, COUNT(*) AS n, SUM(amount) AS total, MIN(amount) AS lo FROM src GROUP BY k{having}"
     gateway = Gateway(spark, catalog_store=store_path)
-    gateway.execute(f"CREATE MATERIALIZED TABLE mt FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    gateway.execute(f"CREATE MATERIALIZED TABLE mt WITH ('refresh.policy' = 'incremental') FRESHNESS = INTERVAL '1' DAY "
+                    f"REFRESH_MODE = FULL AS {query}")     # a tiny day is most of the source: auto would recompute
     gateway.close()
-    spark.sql("INSERT INTO src VALUES (1, 0.5), (3, 4.0)")
+    if partitioned:
+        spark.sql("INSERT OVERWRITE src PARTITION (ds = 'a') VALUES (1, 0.5), (3, 4.0)")
+    else:
+        spark.sql("INSERT INTO src VALUES (1, 0.5), (3, 4.0)")
     before = table_rows(spark, "mt")
 
-    run_until_killed(tmp_path, "kill_incremental.py", store_path, f"file:{source}", str(tmp_path / "wh2"), db, point)
+    run_until_killed(tmp_path, "kill_incremental.py", store_path, f"file:{source}", str(tmp_path / "wh2"), db, point,
+                     layout or "plain")
     spark.sql(f"REFRESH TABLE {db}.mt")
     assert table_rows(spark, "mt") in (before, _query_rows(spark, query))   # the old or the new version
     restarted = Gateway(spark, catalog_store=store_path)
     try:
-        for rows in ("(2, 1.0), (4, 1.5)", "(1, -1.0)"):        # the next refreshes build on what was left
-            spark.sql(f"INSERT INTO src VALUES {rows}")
+        changes = [f"INSERT INTO src VALUES {values((2, 1.0, 'b'), (4, 1.5, 'c'))}",
+                   f"INSERT INTO src VALUES {values((1, -1.0, 'a'))}"]
+        if partitioned:        # a day rewritten again: retracted from the partials the restarted refreshes keep
+            changes.append("INSERT OVERWRITE src PARTITION (ds = 'b') VALUES (2, 7.0)")
+        for change in changes:        # the next refreshes build on what was left
+            spark.sql(change)
             restarted.execute("ALTER MATERIALIZED TABLE mt REFRESH")
             assert table_rows(spark, "mt") == _query_rows(spark, query)
         assert restarted.history("mt", limit=1)[0]["technique"] == "incremental"

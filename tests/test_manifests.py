@@ -93,8 +93,8 @@ def test_a_source_at_a_location_with_url_characters_is_listed(spark, gw, tmp_pat
     folder = tmp_path / "odd #1 %41 ü"
     spark.sql(f"CREATE TABLE odd (k INT, a INT) USING parquet LOCATION '{folder}'")
     spark.sql("INSERT INTO odd VALUES (1, 1)")
-    gw.execute("CREATE MATERIALIZED TABLE by_k FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS "
-               "SELECT k, SUM(a) AS s FROM odd GROUP BY k")
+    gw.execute("CREATE MATERIALIZED TABLE by_k WITH ('refresh.policy' = 'incremental') FRESHNESS = INTERVAL '1' DAY "
+               "REFRESH_MODE = FULL AS SELECT k, SUM(a) AS s FROM odd GROUP BY k")
     source = f"spark_catalog.{spark.catalog.currentDatabase()}.odd"
     spark.sql("INSERT INTO odd VALUES (1, 2)")
     gw.refresh("by_k", schedule_time="2030-01-01 00:00:00")         # a scheduled refresh skips what did not change

@@ -5,6 +5,7 @@ HAVING applied."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from mt_magic.incremental.linear import term_trees
 _MERGES = {exp.Count: "SUM", exp.Sum: "SUM", exp.Min: "MIN", exp.Max: "MAX"}
 STATE_KEY = "_g"          # the state's group key columns: _g0, _g1, ...
 STATE_PARTIAL = "_a"      # its partials: _a0, _a1, ...
+_ONE = "CAST(1 AS BIGINT)"   # what one row adds to COUNT(*)
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class Partial:
     expression: str          # over the aggregate's input
     merge: str               # SUM, MIN or MAX of the partials
     row: str                 # one input row's partial: the change's rows merge without a grouping of their own
+    counter: int | None = None   # a SUM's: the partial counting its non-NULL values (NULL again at zero)
+    counting: bool = False       # a count (zero, not NULL, over no rows)
 
 
 @dataclass(frozen=True)
@@ -41,10 +45,19 @@ class Aggregate:
     finals: tuple[str, ...]             # each output column over the state
     having: str | None                  # over the state
     averaged: tuple[int, ...]           # the partials that are sums of an AVG (a DECIMAL one is refused)
+    presence: int | None                # the partial counting a group's rows, where one is kept
+    retracts: bool = False              # its state can take rows away (`retractable`)
 
     @property
     def sources(self) -> tuple[str, ...]:
         return self.occurrences
+
+    @functools.cached_property
+    def retractable(self) -> Aggregate:
+        """The rule whose state can take rows away: a count of each group's rows (a group goes when it
+        reaches zero) and of each SUM's non-NULL values (the SUM is NULL again at zero). Only a table
+        that retracts keeps them, so that the others' state costs no more than it must."""
+        return self if self.retracts else aggregate(self.select, retractable=True)  # type: ignore[return-value]
 
     def describe(self) -> str:
         by = ", ".join(self.keys) if self.keys else "the one group"
@@ -52,13 +65,13 @@ class Aggregate:
 
     def state(self, names: Names, version: Version = Version.NEW) -> str:
         """The state of the whole input: partials per group."""
-        return sql(self._state_select(replaced(self.select, lambda i: names(i, version))))
+        return sql(self.state_select(replaced(self.select, lambda i: names(i, version))))
 
     def merged(self, old_state: str, appended: set[str], names: Names, within: str | None = None) -> str | None:
         """The new state: the old one and the change's partials, merged by group. `within`: a key
         column of the state; only the old groups that share a value of it with the change's come along
         (a partitioned table's other partitions stay as they are)."""
-        terms = [self._state_select(term, rows=True)
+        terms = [self.state_select(term, rows=True)
                  for term in term_trees(self.select, self.occurrences, 0, appended, names)]
         if not terms:
             return None
@@ -90,7 +103,7 @@ class Aggregate:
         return [f"{STATE_KEY}{i}" for i in range(len(self.keys))] + \
             [f"{STATE_PARTIAL}{j}" for j in range(len(self.partials))]
 
-    def _state_select(self, tree: exp.Select, rows: bool = False) -> exp.Select:
+    def state_select(self, tree: exp.Select, rows: bool = False) -> exp.Select:
         """Partials per group; `rows`: per input row, ungrouped (the merge groups them with the old
         state in one aggregation, where Spark pre-aggregates them before the shuffle anyway)."""
         keys = [exp.alias_(k.copy(), f"{STATE_KEY}{i}") for i, k in enumerate(tree.args["group"].expressions)] \
@@ -105,7 +118,7 @@ class Aggregate:
         return state
 
 
-def aggregate(tree: exp.Select) -> Aggregate | DistinctCount:
+def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | DistinctCount:
     check_select(tree, AGGREGATE_ARGS)
     group = tree.args.get("group")
     if group is not None and (any(group.args.get(a) for a in set(group.args) - {"expressions"}) or
@@ -135,17 +148,21 @@ def aggregate(tree: exp.Select) -> Aggregate | DistinctCount:
         j = len(partials)
         if isinstance(call, exp.Avg):
             argument = sql(call.this)
-            partials.append(Partial(f"SUM({argument})", "SUM", argument))
-            partials.append(Partial(f"COUNT({argument})", "SUM", _counted(argument)))
+            partials.append(Partial(f"SUM({argument})", "SUM", argument, counter=j + 1 if retractable else None))
+            partials.append(Partial(f"COUNT({argument})", "SUM", _counted(argument), counting=True))
             averaged.append(j)
             calls[text] = f"(CAST({STATE_PARTIAL}{j} AS DOUBLE) / {STATE_PARTIAL}{j + 1})"
         elif type(call) in _MERGES:
             if call.expressions:
                 raise NotMaintainable(f"{call_name(call)} of several columns")
             argument = sql(call.this)
-            row = (_counted(argument) if not isinstance(call.this, exp.Star) else "CAST(1 AS BIGINT)") \
+            row = (_counted(argument) if not isinstance(call.this, exp.Star) else _ONE) \
                 if isinstance(call, exp.Count) else argument
-            partials.append(Partial(text, _MERGES[type(call)], row))
+            summed = retractable and isinstance(call, exp.Sum)
+            partials.append(Partial(text, _MERGES[type(call)], row, counter=j + 1 if summed else None,
+                                    counting=isinstance(call, exp.Count)))
+            if summed:
+                partials.append(Partial(f"COUNT({argument})", "SUM", _counted(argument), counting=True))
             calls[text] = f"{STATE_PARTIAL}{j}"
         else:
             raise NotMaintainable(f"the aggregate {call_name(call)}")
@@ -154,8 +171,12 @@ def aggregate(tree: exp.Select) -> Aggregate | DistinctCount:
     finals = [_over_state(e.this if isinstance(e, exp.Alias) else e, keys, final) for e in tree.expressions]
     having = tree.args.get("having")
     having_sql = _over_state(having.this, keys, final) if having is not None else None
+    presence = next((j for j, p in enumerate(partials) if p.row == _ONE), None)
+    if presence is None and retractable:
+        presence = len(partials)
+        partials.append(Partial("COUNT(*)", "SUM", _ONE, counting=True))
     return Aggregate(tree, tuple(identifier(t) for t in tables(tree)), tuple(sql(k) for k in keys),
-                     tuple(partials), tuple(finals), having_sql, tuple(averaged))
+                     tuple(partials), tuple(finals), having_sql, tuple(averaged), presence, retractable)
 
 
 def _counted(argument: str) -> str:

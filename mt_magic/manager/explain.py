@@ -51,12 +51,10 @@ def _source_text(situation: Situation, scheduled: RefreshDecision, source: str) 
     """The source's change since the data was computed, and what a scheduled refresh does with it."""
     if scheduled.technique is not Technique.SKIP:
         delta = situation.changes[source]
-        if delta.change is SourceChange.APPENDED:
+        if delta.change in (SourceChange.APPENDED, SourceChange.REWRITTEN):
             how = scheduled.rule.describe() if scheduled.technique is Technique.INCREMENTAL and scheduled.rule \
                 else f"full: {scheduled.reason}"
-            return f"{delta.describe()} → {how}"
-        if delta.change is SourceChange.REWRITTEN:
-            return "rewritten → full"
+            return f"{scheduled.sources.get(source, delta.describe())} → {how}"
     before, now = situation.table.source_snapshot.get(source), situation.snapshot[source]
     if now.get("digest") is None:
         return "state unknown (not files): recomputed at every trigger"

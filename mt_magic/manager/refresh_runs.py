@@ -161,12 +161,12 @@ class Runs:
             if listings is not None:
                 listings.result()
             return self.maintainer.maintain(table, decision.rule, situation.changes, decision.readings,
-                                            situation.manifest), None
+                                            situation.manifest, decision.keeping, decision.retraction), None
         read = None
         if decision.reads_listed and not dynamic:
             try:
                 return self.maintainer.recompute(table, decision.rule, situation.changes, decision.readings, listings,
-                                                 verify=lambda: self._held_still(table, snapshot)), None
+                                                 lambda: self._held_still(table, snapshot), decision.keeping), None
             except MaterializedTableError:
                 if not self._moved(table, snapshot):
                     raise

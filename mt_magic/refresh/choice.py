@@ -23,7 +23,9 @@ from mt_magic.errors import MaterializedTableError
 from mt_magic.incremental.cost import Estimate, SourceBytes, estimate
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
+from mt_magic.incremental.provenance import Provenance
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
+from mt_magic.refresh.provenance_state import Keeping, Retraction
 from mt_magic.spark.query_plans import analysed_operators
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
@@ -33,8 +35,9 @@ from mt_magic.spark.types import type_from_json
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.sql.volatile import volatile_calls
 from mt_magic.storage.formats import data_source_options
-from mt_magic.storage.manifests import Manifest
+from mt_magic.storage.manifests import CARRIED, Manifest
 
+_PARTITION_TYPES = (T.StringType, T.IntegerType, T.LongType, T.ShortType, T.ByteType, T.DateType)
 READABLE_FORMATS = ("parquet", "orc")      # a plain source's files read alone with no options
 SCHEMA_TTL_S = 30.0
 STATEFUL = (Aggregate, DistinctCount, TopN)        # the rules that keep a state beside the data
@@ -68,6 +71,7 @@ class Choice:
     reason: str | None = None
     readings: dict[str, Reading] = field(default_factory=dict)
     estimate: Estimate | None = None        # what the cost rule weighed, where it did
+    retraction: Retraction | None = None    # the kept source's rewritten partitions, retracted
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class Known:
     readings: dict[str, Reading | str]
     state_kept: bool = False
     estimate: Estimate | None = None
+    keeping: Keeping | None = None          # the source partitions an aggregate's partials are kept by
 
 
 
@@ -216,13 +221,17 @@ class Chooser:
         if table.options.get(REFRESH_POLICY) == "full" or isinstance(rule, Recompute):
             return Known(rule, {})
         readings = {source: self.reading(source) for source in dict.fromkeys(rule.sources)}
+        keeping = _keeping(table, rule, readings, self.snapshots.store.get)
+        if keeping is not None and isinstance(rule, Aggregate):
+            rule = rule.retractable
         if manifest is None or any(isinstance(r, str) for r in readings.values()):
-            return Known(rule, readings)
-        kept = not isinstance(rule, STATEFUL) or manifest.state is not None and self.files.exists(manifest.state)
+            return Known(rule, readings, keeping=keeping)
+        kept = not isinstance(rule, STATEFUL) or manifest.state is not None and self.files.exists(manifest.state) \
+            and _fits(rule, manifest, keeping)
         weighs = kept and table.options.get(REFRESH_POLICY, "auto") == "auto" and \
             all(d.change in (SourceChange.UNCHANGED, SourceChange.APPENDED) for d in changes.values()) and \
             any(d.change is SourceChange.APPENDED for d in changes.values())
-        return Known(rule, readings, kept, self._estimate(table, rule, changes, manifest) if weighs else None)
+        return Known(rule, readings, kept, self._estimate(table, rule, changes, manifest) if weighs else None, keeping)
 
     def _estimate(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
                   manifest: Manifest) -> Estimate:
@@ -235,6 +244,36 @@ class Chooser:
         if state is not None and manifest.carried:
             state = state * len(manifest.state_columns) // (manifest.hidden_columns + len(table.columns))
         return estimate(branches, sources, state)
+
+
+def _keeping(table: MaterializedTable, rule: Rule, readings: dict[str, Reading | str],
+             materialized: Callable[[str], Any]) -> Keeping | None:
+    """An aggregate over a partitioned plain source (read once) keeps its partials per partition of the
+    first such source, so that a rewritten partition can be retracted. The partition's folder text is
+    the column's value as text for string, whole-number and date columns."""
+    if type(rule) is not Aggregate or table.partition_keys:
+        return None
+    for index, source in enumerate(rule.sources):
+        reading = readings.get(source)
+        if not isinstance(reading, Reading) or not reading.partition_columns or rule.sources.count(source) != 1 \
+                or materialized(source) is not None:
+            continue
+        column = reading.partition_columns[0]
+        field = next((f for f in reading.schema.fields if f.name.lower() == column.lower()), None)
+        if field is not None and isinstance(field.dataType, _PARTITION_TYPES):
+            return Keeping(source, Provenance(index, field.name))
+    return None
+
+
+def _fits(rule: Rule, manifest: Manifest, keeping: Keeping | None) -> bool:
+    """The kept state has the columns the rule's state has now (a rule's state may gain columns)."""
+    if not isinstance(rule, Aggregate):
+        return True
+    columns = [c[len(CARRIED):] if c.startswith(CARRIED) else c for c in manifest.state_columns]
+    if columns != rule.state_columns:
+        return False
+    return keeping is None or manifest.kept is not None and \
+        manifest.kept.fits(keeping.source, keeping.provenance, rule.state_columns)
 
 
 def table_reading(table: MaterializedTable) -> Reading:

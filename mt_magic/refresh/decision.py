@@ -19,10 +19,12 @@ from mt_magic.incremental.rules import Recompute, Rule
 from mt_magic.refresh.changes import (Change, Relative, Snapshot, SourceChange, SourceDelta, compare, deltas,
                                       volatile)
 from mt_magic.refresh.choice import STATEFUL, Choice, Known, Reading
+from mt_magic.refresh.provenance_state import Keeping, Retraction, changed_partitions, partition_of
 from mt_magic.spark.files import Listing
 from mt_magic.storage.manifests import Manifest
 
 SKIP_REASON = "no source changed since the table last matched them"
+RETRACTED_SHARE = 0.5        # above it, retracting a source's rewritten partitions costs more than recomputing
 
 
 class Situation:
@@ -61,6 +63,8 @@ class RefreshDecision:
     sources: dict[str, str] = field(default_factory=dict)   # each source's change, where one changed
     rule: Rule | None = None                # a whole refresh's rule, and how it reads each source
     readings: dict[str, Reading] = field(default_factory=dict)
+    keeping: Keeping | None = None          # what an aggregate's partials are kept by
+    retraction: Retraction | None = None    # the kept source's partitions an incremental refresh retracts
 
     @property
     def reads_listed(self) -> bool:
@@ -100,14 +104,39 @@ def decide(situation: Situation, spec: dict[str, str], trigger: Trigger, only_ch
     if spec or trigger is Trigger.BACKFILL:
         return RefreshDecision(Technique.PARTITIONS, Target(spec), sources=sources)
     choice = choose(situation, rebuild=comparison.change is Change.NONE and not only_changed)
+    keeping = situation.known.keeping if choice.readings else None
     if choice.incremental:
+        if choice.retraction is not None:
+            sources[choice.retraction.source] = f"rewritten: {choice.retraction.describe()}"
         return RefreshDecision(Technique.INCREMENTAL, Target(), None, choice.estimate, sources, choice.rule,
-                               choice.readings)
+                               choice.readings, keeping, choice.retraction)
     if only_changed and comparison.change is Change.PARTITIONS:
         return RefreshDecision(Technique.PARTITIONS, Target(key=comparison.key, values=comparison.values),
                                choice.reason, choice.estimate, sources)
     return RefreshDecision(Technique.FULL, Target(), choice.reason, choice.estimate, sources, choice.rule,
-                           choice.readings)
+                           choice.readings, keeping)
+
+
+def retracting(situation: Situation, source: str) -> Retraction | str:
+    """The rewritten source's partitions to retract, or why they are not: only the source an aggregate's
+    partials are kept by is retracted, alone (the others unchanged), by partition folder; under
+    `auto`, a recompute is chosen when the rewritten partitions hold more than half of its bytes."""
+    keeping, manifest, changes = situation.known.keeping, situation.manifest, situation.changes
+    rewritten = f"{source} was rewritten"
+    before, now = (manifest.listings.get(source) if manifest else None), situation.listings.get(source)
+    if keeping is None or keeping.source != source or before is None or now is None:
+        return rewritten
+    if any(d.change is not SourceChange.UNCHANGED for s, d in changes.items() if s != source):
+        return f"{rewritten} and another source changed"
+    partitions, files = changed_partitions(before, now, keeping.provenance.column)
+    if "" in partitions:
+        return rewritten
+    if situation.table.options.get(REFRESH_POLICY, "auto") == "auto":
+        touched = sum(size for listing in (before, now) for path, (size, _) in listing.items()
+                      if partition_of(path, keeping.provenance.column) in partitions)
+        if touched > RETRACTED_SHARE * max(sum(size for size, _ in now.values()), 1):
+            return f"most of {source} was rewritten ({len(partitions)} partitions)"
+    return Retraction(source, tuple(sorted(partitions)), tuple(files))
 
 
 def choose(situation: Situation, rebuild: bool = False) -> Choice:
@@ -129,16 +158,19 @@ def choose(situation: Situation, rebuild: bool = False) -> Choice:
     if manifest is None:
         return Choice(rule, False, "the first refresh" if not table.source_snapshot else
                       "no manifest of the files the published data read", readings)
+    retraction = None
     for source in readings:
         if changes[source].change is SourceChange.REWRITTEN:
-            return Choice(rule, False, f"{source} was rewritten", readings)
+            retraction = retracting(situation, source)
+            if isinstance(retraction, str):
+                return Choice(rule, False, retraction, readings)
         if changes[source].change is SourceChange.UNKNOWN:
             return Choice(rule, False, f"no manifest of the files {source} had", readings)
     if isinstance(rule, STATEFUL) and not known.state_kept:
         return Choice(rule, False, "no state kept yet", readings)
-    if table.options.get(REFRESH_POLICY, "auto") != "auto" or \
+    if table.options.get(REFRESH_POLICY, "auto") != "auto" or retraction is not None or \
             all(d.change is not SourceChange.APPENDED for d in changes.values()):
-        return Choice(rule, True, None, readings)
+        return Choice(rule, True, None, readings, retraction=retraction)
     weighed = known.estimate
     if weighed is None or weighed.incremental_cheaper:
         return Choice(rule, True, None, readings, weighed)

@@ -29,6 +29,8 @@ from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.rules import Aggregate, Linear
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
+from mt_magic.refresh.kept_partials import KeptPartials, Staged
+from mt_magic.refresh.provenance_state import Keeping, Retraction
 from mt_magic.refresh.choice import Reading, Stateful, table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
 from mt_magic.spark.tables import refresh_listings
@@ -39,7 +41,7 @@ from mt_magic.spark.jobs import job_scope
 from mt_magic.spark.sessions import default_parallelism
 from mt_magic.spark.files import Listing
 from mt_magic.storage.compaction import files_for, files_to_compact
-from mt_magic.storage.manifests import Manifest
+from mt_magic.storage.manifests import KeptState, Manifest
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.linked import extended
 from mt_magic.storage.versions import TableStorage
@@ -59,9 +61,10 @@ class Maintained:
     state_schema: str | None = None
     delta_rows: int | None = None           # the rows read of the appended files
     state_format: str = STATE_FORMAT
+    kept: KeptState | None = None           # the partials kept per source partition
 
     def manifest(self, listings: dict) -> Manifest:
-        return Manifest(listings, self.state, self.state_schema, self.state_format)
+        return Manifest(listings, self.state, self.state_schema, self.state_format, self.kept)
 
 
 class Maintainer:
@@ -70,21 +73,28 @@ class Maintainer:
     def __init__(self, spark: Any, storage: TableStorage) -> None:
         self.spark = spark
         self.storage = storage
+        self.partials = KeptPartials(spark, storage)
 
     def maintain(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
-                 readings: dict[str, Reading], manifest: Manifest | None) -> Maintained:
-        """The refresh from the change: `changes` has every source unchanged or appended, and for an
-        aggregate `manifest` names the state the published data was computed with."""
+                 readings: dict[str, Reading], manifest: Manifest | None, keeping: Keeping | None = None,
+                 retraction: Retraction | None = None) -> Maintained:
+        """The refresh from the change: `changes` has every source unchanged or appended — or the kept
+        source's `retraction` partitions rewritten —, and for an aggregate `manifest` names the state
+        the published data was computed with (and the partials kept by `keeping`, where they are)."""
         appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED}
-        if not appended:        # the published data and its state stay what they are
+        if not appended and retraction is None:        # the published data and its state stay what they are
             return Maintained(RefreshResult(table.storage, 0, 0.0, job_group(table)),
                               manifest.state if manifest else None, manifest.state_schema if manifest else None,
-                              state_format=manifest.state_format if manifest else STATE_FORMAT)
+                              state_format=manifest.state_format if manifest else STATE_FORMAT,
+                              kept=manifest.kept if manifest else None)
         with self._scope(table, "incremental") as relations:
             names = relations.naming(rule.sources, changes, readings)
             if isinstance(rule, Linear):
                 return self._append(table, rule, changes, relations)
             old = relations.add("old_state", read_state(self.spark, table, manifest))
+            if keeping is not None and isinstance(rule, Aggregate):
+                staged = self.partials.change(table, rule, keeping, manifest, old, appended, retraction, relations)
+                return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
             within = partitioning_key(table, rule, manifest)
             merged = rule.merged(old, appended, names.name, within) if within else \
                 rule.merged(old, appended, names.name)
@@ -92,7 +102,8 @@ class Maintainer:
                                   touched=within is not None and merged is not None)
 
     def recompute(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
-                  readings: dict[str, Reading], listings: Future | None, verify: Callable[[], None]) -> Maintained:
+                  readings: dict[str, Reading], listings: Future | None, verify: Callable[[], None],
+                  keeping: Keeping | None = None) -> Maintained:
         """A whole refresh of what the snapshot listed (an aggregate's keeps its state). A source Spark
         reads as listed is read by its name, as the query run directly reads it (no relation to build),
         and `verify` raises before the publish when one changed meanwhile; the others are read from the
@@ -105,6 +116,9 @@ class Maintainer:
                     refresh_listings(self.spark, tuple(rule.sources[i] for i in names.tables))
             if isinstance(rule, Linear):
                 return self._rewritten(table, rule.full(names.name), relations)
+            if keeping is not None and isinstance(rule, Aggregate):
+                staged = self.partials.whole(table, rule, keeping, relations)
+                return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
             return self._stateful(table, rule, rule.state(names.name), relations)
 
     def _rewritten(self, table: MaterializedTable, query: str, relations: _Relations) -> Maintained:
@@ -159,12 +173,21 @@ class Maintainer:
                                 reading.partition_columns)
         return frame.coalesce(files_for(sum(size for size, _ in files.values())))
 
-    def _stateful(self, table: MaterializedTable, rule: Stateful, state_sql: str,
-                   relations: _Relations, touched: bool = False) -> Maintained:
-        """`touched`: the state SQL holds only the groups of the partitions the change touches."""
+    def _stateful(self, table: MaterializedTable, rule: Stateful, state_sql: str, relations: _Relations,
+                  touched: bool = False, staged: Staged | None = None) -> Maintained:
+        """`touched`: the state SQL holds only the groups of the partitions the change touches;
+        `staged`: partials kept per source partition, moved into the new version as it is published."""
+        try:
+            return self._state_and_data(table, rule, state_sql, relations, touched, staged)
+        finally:
+            if staged is not None:
+                self.storage.remove(staged.stage)
+
+    def _state_and_data(self, table: MaterializedTable, rule: Stateful, state_sql: str, relations: _Relations,
+                        touched: bool, staged: Staged | None) -> Maintained:
         started = time.monotonic()
         if carries_state(table, rule):
-            return self._carrying(table, rule, state_sql, relations, started, touched)
+            return self._carrying(table, rule, state_sql, relations, started, touched, staged)
         stage = self.storage.new_version(table)
         try:
             with relations.query(state_sql) as state:
@@ -181,16 +204,16 @@ class Maintainer:
             self.storage.files.mkdirs(version)
             state_folder = f"{version}/{STATE_FOLDER}"
             self.storage.files.rename(stage, state_folder)
-            published = self._publish(table, version, check=relations.verify)
+            published = self._publish(table, version, check=relations.verify, staged=staged)
         except BaseException:
             self.storage.remove(stage)
             raise
         self.storage.written(stage)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
-                          state_folder, schema.json(), read)
+                          state_folder, schema.json(), read, kept=staged.kept if staged else None)
 
     def _carrying(self, table: MaterializedTable, rule: Aggregate, state_sql: str, relations: _Relations,
-                  started: float, touched: bool) -> Maintained:
+                  started: float, touched: bool, staged: Staged | None) -> Maintained:
         """One write: the result's columns and the state's, in the same files; `touched`: of the
         partitions written, the others published as they are."""
         held = in_data(table, rule)
@@ -211,10 +234,10 @@ class Maintainer:
             key = table.partition_keys[0]
             target = Target(key=key, values=tuple(dict(spec)[key] for spec, _ in
                                                   self.storage.written_partitions(version, table.partition_keys)))
-        published = self._publish(table, version, target, relations.verify)
+        published = self._publish(table, version, target, relations.verify, staged)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           version, state_schema(rule, held, table, schema.result()), read,
-                          table.storage.format.lower())
+                          table.storage.format.lower(), staged.kept if staged else None)
 
     def _write(self, table: MaterializedTable, frame: Any, folder: str) -> None:
         writer = folder_writer(frame, table.storage.format, data_source_options(table.options), table.partition_keys)
@@ -225,9 +248,11 @@ class Maintainer:
             raise
 
     def _publish(self, table: MaterializedTable, version: str, target: Target = Target(),
-                 check: Callable[[], None] | None = None) -> Storage:
-        """`check` raises when what was read must not be published."""
+                 check: Callable[[], None] | None = None, staged: Staged | None = None) -> Storage:
+        """`check` raises when what was read must not be published; `staged` partials move in first."""
         try:
+            if staged is not None:
+                staged.place(self.storage.files, version)
             if check is not None:
                 check()
             published = self.storage.publish(table, version, target)
@@ -262,6 +287,7 @@ class _Relations:
         self._delta_counts: list[Callable[[], int | None]] = []
         self.group = job_group(table)
         self.names = _Names(self.nonce)
+        self.readings: dict[str, Reading] = {}
         self.verify: Callable[[], None] | None = None     # before the publish: what was read may be published
         self._scopes = ExitStack()
 
@@ -275,7 +301,7 @@ class _Relations:
     def naming(self, sources: tuple[str, ...], changes: dict[str, SourceDelta], readings: dict[str, Reading],
                by_name: bool = False) -> _Names:
         """`by_name`: the sources Spark reads as listed are read as they are now, by their names."""
-        names = self.names
+        names, self.readings = self.names, readings
         for index, source in enumerate(sources):
             if by_name and readings[source].as_listed:
                 names.tables[index] = ".".join(map(quote_identifier, source.split(".", 2)))
@@ -291,6 +317,17 @@ class _Relations:
                 self.frames[names.relation(index, version)] = \
                     functools.partial(self._counted, build) if version is Version.DELTA else build
         return names
+
+    def files(self, fmt: str, schema: Any, files: list[str], partition_columns: tuple[str, ...] = ()) -> Any:
+        """Files the run wrote or keeps, read alone; their statuses fetched by the driver."""
+        self._scopes.enter_context(listed_by_driver(self.spark, files))
+        return files_frame(self.spark, fmt, schema, {}, files, partition_columns)
+
+    def source_files(self, source: str, files: tuple[str, ...]) -> Any:
+        """Some of a source's files, read alone."""
+        reading = self.readings[source]
+        return files_frame(self.spark, reading.format, reading.schema, reading.options, files,
+                           reading.partition_columns)
 
     def _counted(self, build: Callable[[], Any]) -> Any:
         """An appended files' frame that counts the rows read through it, with no job of its own."""

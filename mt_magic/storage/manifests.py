@@ -16,8 +16,10 @@ import hashlib
 import json
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from mt_magic.catalog.model import Storage
+from mt_magic.incremental.provenance import Provenance
 from mt_magic.spark.files import Files, Listing
 
 MANIFESTS_DIR = "_manifests"
@@ -31,11 +33,38 @@ def manifest_name(snapshot: dict[str, dict]) -> str:
 
 
 @dataclass(frozen=True)
+class KeptState:
+    """What the manifest records of a provenance state."""
+
+    source: str
+    provenance: Provenance
+    folder: str
+    schema: str             # the state's columns but the partition (JSON)
+
+    def document(self) -> dict[str, Any]:
+        return {"source": self.source, "occurrence": self.provenance.occurrence, "column": self.provenance.column,
+                "folder": self.folder, "schema": self.schema}
+
+    @staticmethod
+    def read(document: dict[str, Any] | None) -> KeptState | None:
+        if not document:
+            return None
+        return KeptState(document["source"], Provenance(int(document["occurrence"]), document["column"]),
+                         document["folder"], document["schema"])
+
+    def fits(self, source: str, provenance: Provenance, columns: list[str]) -> bool:
+        """Kept for this source and column, with the columns the rule's state has now."""
+        return (self.source, self.provenance) == (source, provenance) and \
+            [f["name"] for f in json.loads(self.schema)["fields"]] == columns
+
+
+@dataclass(frozen=True)
 class Manifest:
     listings: dict[str, Listing | None]     # per source, the files the published data read
     state: str | None = None                # the hidden state's folder
     state_schema: str | None = None         # its schema (JSON), read without asking the files
     state_format: str = "parquet"           # the format its files are written in
+    kept: KeptState | None = None           # an aggregate's partials per source partition
 
     @cached_property
     def state_fields(self) -> tuple[dict, ...]:
@@ -76,7 +105,8 @@ class Manifests:
         sources = {source: None if listing is None else {p: list(f) for p, f in sorted(listing.items())}
                    for source, listing in manifest.listings.items()}
         document = {"sources": sources, "state": manifest.state, "state_schema": manifest.state_schema,
-                    "state_format": manifest.state_format}
+                    "state_format": manifest.state_format,
+                    "provenance": manifest.kept.document() if manifest.kept else None}
         self.files.write_text(f"{folder}/{manifest_name(snapshot)}", json.dumps(document, separators=(",", ":")))
 
     def read(self, root: str, snapshot: dict[str, dict]) -> Manifest | None:
@@ -96,7 +126,7 @@ class Manifests:
         return Manifest({source: None if files is None else {p: (int(f[0]), int(f[1])) for p, f in files.items()}
                          for source, files in document["sources"].items()},
                         document.get("state"), document.get("state_schema"),
-                        document.get("state_format", "parquet"))
+                        document.get("state_format", "parquet"), KeptState.read(document.get("provenance")))
 
     def keep_only(self, root: str, snapshot: dict[str, dict]) -> None:
         """Every manifest but the snapshot's, deleted (the record no longer names them)."""

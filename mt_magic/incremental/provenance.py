@@ -1,0 +1,111 @@
+"""An aggregate's partials kept per source partition, so that a rewritten partition can be retracted.
+
+Plain files lose their old rows when a partition is rewritten (a day reprocessed, rows deleted, files
+compacted). The provenance state keeps, per partition of one source (the provenance) and per group,
+the partials that partition contributed; a refresh after some partitions were rewritten subtracts
+their old partials and adds the partials of their files now — signed changes, DBSP's Z-sets: rows
+removed weigh −1. COUNT, SUM and AVG subtract; a SUM whose counted values reach zero is NULL again; a
+group whose rows reach zero disappears. A rule with MIN or MAX merges its state again from every
+partition's partials (a removed partial may have been the group's MIN): measured, one pass over the
+partials costs less than finding and deriving again only the groups that need it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from mt_magic.incremental.aggregate import STATE_KEY, STATE_PARTIAL, Aggregate
+from mt_magic.incremental.linear import term_trees
+from mt_magic.incremental.occurrences import Names, replaced, sql, tables
+
+PARTITION = "mt_partition"   # the provenance state's column naming the source partition a row came from
+# (its folders are listed: a name starting with "_" would hide them)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Which source occurrence the state is kept by, and its partition column."""
+
+    occurrence: int
+    column: str
+
+
+def kept_state(rule: Aggregate, provenance: Provenance, reading: Callable[[int], str]) -> str:
+    """The partials per source partition and group of the input occurrence i reads as `reading(i)`."""
+    return sql(_by_partition(rule, replaced(rule.select, reading), provenance))
+
+
+def appended_state(rule: Aggregate, provenance: Provenance, appended: set[str], names: Names,
+                   merging: str | None = None) -> str:
+    """The appended rows' partials per source partition and group (the bilinear rule's terms);
+    `merging`: kept partials (with their partition) merged into them, a partition's files made one."""
+    terms = [sql(_by_partition(rule, term, provenance, rows=True))
+             for term in term_trees(rule.select, rule.occurrences, 0, appended, names)]
+    keys = [PARTITION] + _keys(rule)
+    if merging is not None:
+        terms.append(f"SELECT {', '.join(keys)}, {', '.join(_partials(rule))} FROM {merging}")
+    union = " UNION ALL ".join(terms)
+    return f"SELECT {', '.join(keys + _merges(rule))} FROM ({union}) AS appended GROUP BY {', '.join(keys)}"
+
+
+def merged_partitions(rule: Aggregate, kept: str) -> str:
+    """The per-group state from a provenance state: each group's partials merged over partitions."""
+    keys = _keys(rule)
+    group = f" GROUP BY {', '.join(keys)}" if keys else ""
+    return f"SELECT {', '.join(keys + _merges(rule))} FROM {kept}{group}"
+
+
+def retracted(rule: Aggregate, old: str, added: str, removed: str) -> str:
+    """The new per-group state of a rule whose partials all subtract (no MIN or MAX: `subtracts`):
+    `old` (per group) with the partitions' partials now (`added`, per partition and group) in and
+    their partials before (`removed`) out."""
+    keys, partials = _keys(rule), _partials(rule)
+    every = (f"SELECT {', '.join(keys + partials)} FROM {old} UNION ALL "
+             f"SELECT {', '.join(keys + partials)} FROM {added} UNION ALL "
+             f"SELECT {', '.join(keys + [f'-{a} AS {a}' for a in partials])} FROM {removed}")
+    columns = []
+    for a, partial in zip(partials, rule.partials, strict=True):
+        counted = f"SUM({STATE_PARTIAL}{partial.counter})" if partial.counter is not None else None
+        columns.append(f"CASE WHEN {counted} = 0 THEN NULL ELSE SUM({a}) END AS {a}" if counted else f"SUM({a}) AS {a}")
+    group = f" GROUP BY {', '.join(keys)} HAVING SUM({STATE_PARTIAL}{rule.presence}) > 0" if keys else ""
+    return f"SELECT {', '.join(keys + columns)} FROM ({every}) AS every{group}"
+
+
+def subtracts(rule: Aggregate) -> bool:
+    """Every partial is a count or a sum, which a removed partition's partial is subtracted from; a MIN
+    or MAX is merged again from every partition's partials instead (a removed one may have been it)."""
+    return all(p.merge == "SUM" for p in rule.partials)
+
+
+def partition_expression(provenance: Provenance, tree: exp.Select) -> exp.Expression:
+    """The provenance occurrence's partition column in `tree` (as text: a partition's folder name)."""
+    table = tables(tree)[provenance.occurrence]
+    column = exp.column(exp.to_identifier(provenance.column, quoted=True), table=table.alias_or_name)
+    return exp.cast(column, exp.DataType.build("STRING"))
+
+
+def _by_partition(rule: Aggregate, tree: exp.Select, provenance: Provenance, rows: bool = False) -> exp.Select:
+    """Partials per source partition and group; `rows`: per input row, ungrouped."""
+    state = rule.state_select(tree, rows=rows)
+    partition = partition_expression(provenance, tree)
+    state.set("expressions", [exp.alias_(partition, PARTITION)] + state.expressions)
+    if not rows:
+        group = state.args.get("group")
+        state.set("group", exp.Group(expressions=[partition.copy()] + (group.expressions if group else [])))
+    return state
+
+
+def _keys(rule: Aggregate) -> list[str]:
+    return [f"{STATE_KEY}{i}" for i in range(len(rule.keys))]
+
+
+def _partials(rule: Aggregate) -> list[str]:
+    return [f"{STATE_PARTIAL}{j}" for j in range(len(rule.partials))]
+
+
+def _merges(rule: Aggregate) -> list[str]:
+    """Each partial merged; with no group key a count over no rows is zero (one row, as the query's)."""
+    return [f"COALESCE(SUM({STATE_PARTIAL}{j}), 0) AS {STATE_PARTIAL}{j}" if p.counting and not rule.keys else
+            f"{p.merge}({STATE_PARTIAL}{j}) AS {STATE_PARTIAL}{j}" for j, p in enumerate(rule.partials)]

@@ -1,0 +1,149 @@
+"""The partials an aggregate keeps per source partition, written before the data they make.
+
+A refresh of a table that keeps them first writes the partials of what it reads — the whole input
+(a recompute), the appended rows, or the rewritten partitions' files now (a retraction) — per source
+partition and group, into a staging folder; the table's state by group is then computed from them
+(and, for a retraction, from the partials the rewritten partitions had, which it subtracts), and the
+staged files are moved into the new version's state before it is published (`provenance_state`).
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pyspark.sql import types as T
+
+from mt_magic.catalog.model import MaterializedTable
+from mt_magic.incremental.occurrences import Version
+from mt_magic.incremental.provenance import (PARTITION, appended_state, kept_state, merged_partitions, retracted,
+                                             subtracts)
+from mt_magic.incremental.rules import Aggregate
+from mt_magic.refresh.provenance_state import FILES_KEPT, Keeping, Retraction, assemble, state_files
+from mt_magic.spark.errors import spark_call
+from mt_magic.spark.files import Files
+from mt_magic.storage.manifests import KeptState, Manifest
+from mt_magic.storage.versions import TableStorage
+
+FORMAT = "parquet"
+
+
+class Relations(Protocol):
+    """The relations of one refresh run (`refresh/incremental`), by the names its SQL gives them."""
+
+    names: Any
+
+    def add(self, what: str, frame: Any) -> str: ...
+
+    def query(self, sql: str) -> AbstractContextManager: ...
+
+    def source_files(self, source: str, files: tuple[str, ...]) -> Any: ...
+
+    def files(self, fmt: str, schema: Any, files: list[str], partition_columns: tuple[str, ...] = ()) -> Any: ...
+
+
+@dataclass
+class Staged:
+    """Partials written to `stage`, and the table's state by group to compute with them."""
+
+    state_sql: str
+    stage: str
+    schema: str
+    keeping: Keeping
+    published: KeptState | None = None
+    dropped: frozenset[str] = frozenset()
+    kept: KeptState | None = None           # where they are, once placed
+
+    def place(self, files: Files, version: str) -> None:
+        """The staged partials moved into `version`, beside the published ones that still hold."""
+        folder = assemble(files, self.published, version, self.stage, set(self.dropped))
+        self.kept = KeptState(self.keeping.source, self.keeping.provenance, folder, self.schema)
+
+
+class KeptPartials:
+    def __init__(self, spark: Any, storage: TableStorage) -> None:
+        self.spark = spark
+        self.storage = storage
+
+    def whole(self, table: MaterializedTable, rule: Aggregate, keeping: Keeping, relations: Relations) -> Staged:
+        """A recompute: the whole input's partials, and the state merged from them."""
+        names = relations.names
+        stage, schema = self._stage(table, relations, kept_state(rule, keeping.provenance,
+                                                                 lambda i: names.name(i, Version.NEW)))
+        added = relations.add("kept_added", self._read(relations, stage, schema))
+        return Staged(merged_partitions(rule, added), stage, schema.json(), keeping)
+
+    def change(self, table: MaterializedTable, rule: Aggregate, keeping: Keeping, manifest: Manifest, old: str,
+               appended: set[str], retraction: Retraction | None, relations: Relations) -> Staged:
+        """The state after the change: appended rows' partials added, or the rewritten partitions'
+        partials before subtracted and their partials now added."""
+        names, published = relations.names, manifest.kept
+        by_partition = state_files(self.storage.files, published.folder)
+        if retraction is None:
+            # Appended rows add a file to each partition they reach; a partition's files past FILES_KEPT
+            # are merged into one as they are added to (the state does not grow with every append).
+            crowded = {partition for partition, listing in by_partition.items() if len(listing) >= FILES_KEPT}
+            merging = None
+            if crowded:
+                merging = relations.add("kept_crowded",
+                                        self._files(relations, published, _in(by_partition, crowded), partition=True))
+            stage, schema = self._stage(table, relations, appended_state(rule, keeping.provenance, appended,
+                                                                         names.name, merging))
+            added = relations.add("kept_added", self._read(relations, stage, schema))
+            if not crowded:
+                columns = ", ".join(rule.state_columns)
+                both = f"(SELECT {columns} FROM {old} UNION ALL SELECT {columns} FROM {added}) AS both"
+                return Staged(merged_partitions(rule, both), stage, schema.json(), keeping, published)
+            rewritten = crowded
+        else:
+            occurrence = keeping.provenance.occurrence
+            changed = relations.add("kept_changed", relations.source_files(rule.sources[occurrence], retraction.files))
+            reading = lambda i: changed if i == occurrence else names.name(i, Version.NEW)      # noqa: E731
+            stage, schema = self._stage(table, relations, kept_state(rule, keeping.provenance, reading))
+            added = relations.add("kept_added", self._read(relations, stage, schema))
+            rewritten = set(retraction.partitions)
+        if subtracts(rule):
+            removed = relations.add("kept_removed", self._files(relations, published, _in(by_partition, rewritten)))
+            state_sql = retracted(rule, old, added, removed)
+        else:
+            others = relations.add("kept_others", self._files(relations, published,
+                                                              _in(by_partition, set(by_partition) - rewritten)))
+            columns = ", ".join(rule.state_columns)
+            state_sql = merged_partitions(
+                rule, f"(SELECT {columns} FROM {others} UNION ALL SELECT {columns} FROM {added}) AS partials")
+        return Staged(state_sql, stage, schema.json(), keeping, published, frozenset(rewritten))
+
+    def _stage(self, table: MaterializedTable, relations: Relations, sql: str) -> tuple[str, T.StructType]:
+        """The partials written to a new staging folder, by source partition; their schema but the
+        partition column."""
+        stage = self.storage.new_version(table)
+        try:
+            with relations.query(sql) as frame:
+                schema = spark_call(lambda: frame.schema, f"Refreshing {table.identifier}")
+                spark_call(lambda: frame.write.format(FORMAT).partitionBy(PARTITION).mode("error").save(stage),
+                           f"Refreshing {table.identifier}")
+        except BaseException:
+            self.storage.remove(stage)
+            raise
+        return stage, T.StructType([f for f in schema.fields if f.name != PARTITION])
+
+    def _read(self, relations: Relations, stage: str, schema: T.StructType) -> Any:
+        return relations.files(FORMAT, schema, sorted(self.storage.files.listing(stage)))
+
+    @staticmethod
+    def _files(relations: Relations, kept: KeptState, paths: list[str], partition: bool = False) -> Any:
+        """Kept partials; `partition`: with the partition each came from."""
+        schema = _schema(kept.schema)
+        if partition:
+            schema = T.StructType([T.StructField(PARTITION, T.StringType()), *schema.fields])
+        return relations.files(FORMAT, schema, sorted(paths), (PARTITION,) if partition else ())
+
+
+def _in(by_partition: dict[str, Any], partitions: set[str]) -> list[str]:
+    return [path for partition, listing in by_partition.items() if partition in partitions for path in listing]
+
+
+def _schema(text: str) -> T.StructType:
+    return T.StructType.fromJson(json.loads(text))

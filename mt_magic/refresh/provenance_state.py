@@ -1,0 +1,90 @@
+"""Where an aggregate's provenance state lives, and which source partitions a change touched.
+
+The state (partials per source partition and group, `incremental/provenance`) is written partitioned by
+the source partition it came from, under `<version>/_provenance/mt_partition=<partition>/` — a folder Spark's
+readers of the table skip. A partition's folder text is the source's own (`ds=<text>` ↔ `mt_partition=<text>`:
+both are Spark's escaping of the same value as text). A new version links the published state's
+folders, drops the rewritten partitions' and moves the newly written ones in; a partition whose state
+files grow past `FILES_KEPT` (appends add one each) is merged into one file by the refresh that adds
+to it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mt_magic.incremental.provenance import PARTITION, Provenance
+from mt_magic.spark.files import Files, Listing
+from mt_magic.storage.manifests import KeptState
+from mt_magic.storage.versions import same_path
+
+PROVENANCE_FOLDER = "_provenance"
+FILES_KEPT = 8
+
+
+@dataclass(frozen=True)
+class Keeping:
+    """The source, and its partition column, an aggregate's partials are kept by."""
+
+    source: str
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class Retraction:
+    """The partitions of the kept source a refresh retracts and computes again, and their files now."""
+
+    source: str
+    partitions: tuple[str, ...]
+    files: tuple[str, ...]
+
+    def describe(self) -> str:
+        count = len(self.partitions)
+        return f"{count} partition{'s' if count != 1 else ''} of {self.source} retracted and read again"
+
+
+def partition_of(path: str, column: str) -> str:
+    """The text of a file's `column=…` folder (the last such folder of its path; "" where none)."""
+    match = list(re.finditer(rf"/{re.escape(column)}=([^/]*)/", path, re.IGNORECASE))
+    return match[-1].group(1) if match else ""
+
+
+def partitions(listing: Listing, column: str) -> dict[str, Listing]:
+    """A listing's files by the text of their `column=…` folder."""
+    found: dict[str, Listing] = {}
+    for path, facts in listing.items():
+        found.setdefault(partition_of(path, column), {})[path] = facts
+    return found
+
+
+def changed_partitions(before: Listing, now: Listing, column: str) -> tuple[set[str], list[str]]:
+    """The partitions whose files differ (rewritten, gone, new) and the files they have now."""
+    old, new = partitions(before, column), partitions(now, column)
+    changed = {p for p in old.keys() | new.keys() if old.get(p) != new.get(p)}
+    return changed, sorted(path for p in changed for path in new.get(p, {}))
+
+
+def state_files(files: Files, folder: str) -> dict[str, Listing]:
+    """A kept state's files by partition."""
+    return partitions(files.listing(folder), PARTITION) if files.exists(folder) else {}
+
+
+def assemble(files: Files, published: KeptState | None, version: str, stage: str | None,
+             dropped: set[str]) -> str:
+    """The new version's state folder: the published one's partitions (linked) but the `dropped` ones,
+    and the files written to `stage` moved in at the same places."""
+    target = f"{version}/{PROVENANCE_FOLDER}"
+    if published is not None and files.exists(published.folder):
+        files.link_tree(published.folder, target)
+        for partition in dropped:
+            files.delete(f"{target}/{PARTITION}={partition}")
+    else:
+        files.mkdirs(target)
+    if stage is not None:
+        prefix = same_path(stage) + "/"
+        for path in files.listing(stage):
+            inside = same_path(path)[len(prefix):]
+            files.mkdirs(f"{target}/{inside}".rsplit("/", 1)[0])
+            files.rename(path, f"{target}/{inside}")
+    return target
