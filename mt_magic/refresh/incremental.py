@@ -15,29 +15,25 @@ the data's own files (`refresh/carried`); elsewhere it is written first, beside 
 
 from __future__ import annotations
 
-import functools
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any
 
 from mt_magic.catalog.model import MaterializedTable, Storage, Target
-from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.rules import Aggregate, Linear
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.kept_partials import KeptPartials, Staged
 from mt_magic.refresh.provenance_state import Keeping, Retraction
+from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.choice import Reading, Stateful, table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
 from mt_magic.spark.tables import refresh_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
-from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, query_over
-from mt_magic.spark.jobs import job_scope
+from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver
 from mt_magic.spark.sessions import default_parallelism
 from mt_magic.spark.files import Listing
 from mt_magic.storage.compaction import files_for, files_to_compact
@@ -45,7 +41,6 @@ from mt_magic.storage.manifests import KeptState, Manifest
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.linked import extended
 from mt_magic.storage.versions import TableStorage
-from mt_magic.sql.statements import quote_identifier
 
 STATE_FOLDER = "_state"
 STATE_FORMAT = "parquet"
@@ -121,7 +116,7 @@ class Maintainer:
                 return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
             return self._stateful(table, rule, rule.state(names.name), relations)
 
-    def _rewritten(self, table: MaterializedTable, query: str, relations: _Relations) -> Maintained:
+    def _rewritten(self, table: MaterializedTable, query: str, relations: Relations) -> Maintained:
         started = time.monotonic()
         with relations.query(shaped_sql(query, table.columns, table.identifier, table.query_columns)) as frame:
             frame, rows = counting_rows(frame)
@@ -131,11 +126,11 @@ class Maintainer:
         published = self._publish(table, version, check=relations.verify)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group))
 
-    def _scope(self, table: MaterializedTable, what: str) -> _Relations:
-        return _Relations(self.spark, table, what)
+    def _scope(self, table: MaterializedTable, what: str) -> Relations:
+        return Relations(self.spark, table, what)
 
     def _append(self, table: MaterializedTable, rule: Linear, changes: dict[str, SourceDelta],
-                relations: _Relations) -> Maintained:
+                relations: Relations) -> Maintained:
         """The change's rows written as new files beside the published ones; a folder of the table
         holding too many small files has them rewritten into one (`storage.compaction`)."""
         started = time.monotonic()
@@ -173,7 +168,7 @@ class Maintainer:
                                 reading.partition_columns)
         return frame.coalesce(files_for(sum(size for size, _ in files.values())))
 
-    def _stateful(self, table: MaterializedTable, rule: Stateful, state_sql: str, relations: _Relations,
+    def _stateful(self, table: MaterializedTable, rule: Stateful, state_sql: str, relations: Relations,
                   touched: bool = False, staged: Staged | None = None) -> Maintained:
         """`touched`: the state SQL holds only the groups of the partitions the change touches;
         `staged`: partials kept per source partition, moved into the new version as it is published."""
@@ -183,7 +178,7 @@ class Maintainer:
             if staged is not None:
                 self.storage.remove(staged.stage)
 
-    def _state_and_data(self, table: MaterializedTable, rule: Stateful, state_sql: str, relations: _Relations,
+    def _state_and_data(self, table: MaterializedTable, rule: Stateful, state_sql: str, relations: Relations,
                         touched: bool, staged: Staged | None) -> Maintained:
         started = time.monotonic()
         if carries_state(table, rule):
@@ -212,7 +207,7 @@ class Maintainer:
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           state_folder, schema.json(), read, kept=staged.kept if staged else None)
 
-    def _carrying(self, table: MaterializedTable, rule: Aggregate, state_sql: str, relations: _Relations,
+    def _carrying(self, table: MaterializedTable, rule: Aggregate, state_sql: str, relations: Relations,
                   started: float, touched: bool, staged: Staged | None) -> Maintained:
         """One write: the result's columns and the state's, in the same files; `touched`: of the
         partitions written, the others published as they are."""
@@ -261,92 +256,3 @@ class Maintainer:
             raise
         self.storage.written(version)
         return published
-
-
-class _Names:
-    def __init__(self, nonce: str) -> None:
-        self.nonce = nonce
-        self.tables: dict[int, str] = {}       # occurrence → the source's name, read as it is now
-
-    def name(self, index: int, version: Version) -> str:
-        return self.tables[index] if version is Version.NEW and index in self.tables else self.relation(index, version)
-
-    def relation(self, index: int, version: Version) -> str:
-        return f"mt_{self.nonce}_{index}_{version.value}"
-
-
-class _Relations:
-    """The DataFrames one incremental run reads, by the names its SQL gives them, in its job group."""
-
-    def __init__(self, spark: Any, table: MaterializedTable, what: str) -> None:
-        self.spark = spark
-        self.table = table
-        self.what = what
-        self.nonce = uuid.uuid4().hex[:10]
-        self.frames: dict[str, Any] = {}
-        self._delta_counts: list[Callable[[], int | None]] = []
-        self.group = job_group(table)
-        self.names = _Names(self.nonce)
-        self.readings: dict[str, Reading] = {}
-        self.verify: Callable[[], None] | None = None     # before the publish: what was read may be published
-        self._scopes = ExitStack()
-
-    def __enter__(self) -> _Relations:
-        self._scopes.enter_context(job_scope(self.spark, self.group, f"refresh {self.table.identifier} ({self.what})"))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._scopes.__exit__(*exc)
-
-    def naming(self, sources: tuple[str, ...], changes: dict[str, SourceDelta], readings: dict[str, Reading],
-               by_name: bool = False) -> _Names:
-        """`by_name`: the sources Spark reads as listed are read as they are now, by their names."""
-        names, self.readings = self.names, readings
-        for index, source in enumerate(sources):
-            if by_name and readings[source].as_listed:
-                names.tables[index] = ".".join(map(quote_identifier, source.split(".", 2)))
-        from_files = dict.fromkeys(s for i, s in enumerate(sources) if i not in names.tables)
-        self._scopes.enter_context(listed_by_driver(self.spark, (path for source in from_files
-                                                                 for path in changes[source].files)))
-        for index, source in enumerate(sources):
-            change, reading = changes[source], readings[source]
-            for version, files in ((Version.OLD, change.kept), (Version.NEW, change.files),
-                                   (Version.DELTA, change.added)):
-                build = functools.partial(files_frame, self.spark, reading.format, reading.schema,
-                                          reading.options, files, reading.partition_columns)
-                self.frames[names.relation(index, version)] = \
-                    functools.partial(self._counted, build) if version is Version.DELTA else build
-        return names
-
-    def files(self, fmt: str, schema: Any, files: list[str], partition_columns: tuple[str, ...] = ()) -> Any:
-        """Files the run wrote or keeps, read alone; their statuses fetched by the driver."""
-        self._scopes.enter_context(listed_by_driver(self.spark, files))
-        return files_frame(self.spark, fmt, schema, {}, files, partition_columns)
-
-    def source_files(self, source: str, files: tuple[str, ...]) -> Any:
-        """Some of a source's files, read alone."""
-        reading = self.readings[source]
-        return files_frame(self.spark, reading.format, reading.schema, reading.options, files,
-                           reading.partition_columns)
-
-    def _counted(self, build: Callable[[], Any]) -> Any:
-        """An appended files' frame that counts the rows read through it, with no job of its own."""
-        frame, rows = counting_rows(build(), unreported=None)
-        self._delta_counts.append(rows)
-        return frame
-
-    def delta_rows(self) -> int | None:
-        """The rows read of the appended files, once the queries that read them ran; None when no
-        query read any (a full refresh that keeps the state) or a count did not come back."""
-        counts = [rows() for rows in self._delta_counts]
-        return None if not counts or None in counts else sum(counts)
-
-    def add(self, what: str, frame: Any) -> str:
-        name = f"mt_{self.nonce}_{what}"
-        self.frames[name] = frame
-        return name
-
-    def query(self, sql: str) -> AbstractContextManager:
-        """The query over the relations it names (the others are not even built)."""
-        return query_over(self.spark, sql, {n: f() if callable(f) else f for n, f in self.frames.items()
-                                            if n in sql})     # unique names: none holds another

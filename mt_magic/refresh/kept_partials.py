@@ -10,9 +10,8 @@ staged files are moved into the new version's state before it is published (`pro
 from __future__ import annotations
 
 import json
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from pyspark.sql import types as T
 
@@ -21,6 +20,7 @@ from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.provenance import (PARTITION, appended_state, kept_state, merged_partitions, retracted,
                                              subtracts)
 from mt_magic.incremental.rules import Aggregate
+from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.provenance_state import FILES_KEPT, Keeping, Retraction, assemble, state_files
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files
@@ -28,20 +28,6 @@ from mt_magic.storage.manifests import KeptState, Manifest
 from mt_magic.storage.versions import TableStorage
 
 FORMAT = "parquet"
-
-
-class Relations(Protocol):
-    """The relations of one refresh run (`refresh/incremental`), by the names its SQL gives them."""
-
-    names: Any
-
-    def add(self, what: str, frame: Any) -> str: ...
-
-    def query(self, sql: str) -> AbstractContextManager: ...
-
-    def source_files(self, source: str, files: tuple[str, ...]) -> Any: ...
-
-    def files(self, fmt: str, schema: Any, files: list[str], partition_columns: tuple[str, ...] = ()) -> Any: ...
 
 
 @dataclass

@@ -1,0 +1,109 @@
+"""The DataFrames one refresh run reads, by the names its generated SQL gives them: each source
+occurrence's old, new and appended files, the kept state, and what the run wrote itself — built only
+when a query names them, in the run's job group, with the files' statuses fetched by the driver."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
+from typing import Any
+
+from mt_magic.catalog.model import MaterializedTable
+from mt_magic.incremental.occurrences import Version
+from mt_magic.refresh.changes import SourceDelta
+from mt_magic.refresh.choice import Reading
+from mt_magic.refresh.full import job_group
+from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, query_over
+from mt_magic.spark.jobs import job_scope
+from mt_magic.sql.statements import quote_identifier
+
+
+class Names:
+    def __init__(self, nonce: str) -> None:
+        self.nonce = nonce
+        self.tables: dict[int, str] = {}       # occurrence → the source's name, read as it is now
+
+    def name(self, index: int, version: Version) -> str:
+        return self.tables[index] if version is Version.NEW and index in self.tables else self.relation(index, version)
+
+    def relation(self, index: int, version: Version) -> str:
+        return f"mt_{self.nonce}_{index}_{version.value}"
+
+
+class Relations:
+    """The DataFrames one incremental run reads, by the names its SQL gives them, in its job group."""
+
+    def __init__(self, spark: Any, table: MaterializedTable, what: str) -> None:
+        self.spark = spark
+        self.table = table
+        self.what = what
+        self.nonce = uuid.uuid4().hex[:10]
+        self.frames: dict[str, Any] = {}
+        self._delta_counts: list[Callable[[], int | None]] = []
+        self.group = job_group(table)
+        self.names = Names(self.nonce)
+        self.readings: dict[str, Reading] = {}
+        self.verify: Callable[[], None] | None = None     # before the publish: what was read may be published
+        self._scopes = ExitStack()
+
+    def __enter__(self) -> Relations:
+        self._scopes.enter_context(job_scope(self.spark, self.group, f"refresh {self.table.identifier} ({self.what})"))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._scopes.__exit__(*exc)
+
+    def naming(self, sources: tuple[str, ...], changes: dict[str, SourceDelta], readings: dict[str, Reading],
+               by_name: bool = False) -> Names:
+        """`by_name`: the sources Spark reads as listed are read as they are now, by their names."""
+        names, self.readings = self.names, readings
+        for index, source in enumerate(sources):
+            if by_name and readings[source].as_listed:
+                names.tables[index] = ".".join(map(quote_identifier, source.split(".", 2)))
+        from_files = dict.fromkeys(s for i, s in enumerate(sources) if i not in names.tables)
+        self._scopes.enter_context(listed_by_driver(self.spark, (path for source in from_files
+                                                                 for path in changes[source].files)))
+        for index, source in enumerate(sources):
+            change, reading = changes[source], readings[source]
+            for version, files in ((Version.OLD, change.kept), (Version.NEW, change.files),
+                                   (Version.DELTA, change.added)):
+                build = functools.partial(files_frame, self.spark, reading.format, reading.schema,
+                                          reading.options, files, reading.partition_columns)
+                self.frames[names.relation(index, version)] = \
+                    functools.partial(self._counted, build) if version is Version.DELTA else build
+        return names
+
+    def files(self, fmt: str, schema: Any, files: list[str], partition_columns: tuple[str, ...] = ()) -> Any:
+        """Files the run wrote or keeps, read alone; their statuses fetched by the driver."""
+        self._scopes.enter_context(listed_by_driver(self.spark, files))
+        return files_frame(self.spark, fmt, schema, {}, files, partition_columns)
+
+    def source_files(self, source: str, files: tuple[str, ...]) -> Any:
+        """Some of a source's files, read alone."""
+        reading = self.readings[source]
+        return files_frame(self.spark, reading.format, reading.schema, reading.options, files,
+                           reading.partition_columns)
+
+    def _counted(self, build: Callable[[], Any]) -> Any:
+        """An appended files' frame that counts the rows read through it, with no job of its own."""
+        frame, rows = counting_rows(build(), unreported=None)
+        self._delta_counts.append(rows)
+        return frame
+
+    def delta_rows(self) -> int | None:
+        """The rows read of the appended files, once the queries that read them ran; None when no
+        query read any (a full refresh that keeps the state) or a count did not come back."""
+        counts = [rows() for rows in self._delta_counts]
+        return None if not counts or None in counts else sum(counts)
+
+    def add(self, what: str, frame: Any) -> str:
+        name = f"mt_{self.nonce}_{what}"
+        self.frames[name] = frame
+        return name
+
+    def query(self, sql: str) -> AbstractContextManager:
+        """The query over the relations it names (the others are not even built)."""
+        return query_over(self.spark, sql, {n: f() if callable(f) else f for n, f in self.frames.items()
+                                            if n in sql})     # unique names: none holds another
