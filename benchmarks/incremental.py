@@ -57,7 +57,7 @@ import sys
 import threading
 import time
 
-from rewrites import report_rewrites, rewrites
+from rewrites import report_reprocess_lag, report_rewrites, reprocess_lag, rewrites
 from small_files import layouts, report_layouts, report_soak, soak
 from workload import exit_on_missed, open_gateway, timed
 
@@ -324,10 +324,11 @@ def report_lag(lags: list[float], targets: dict) -> None:
 
 def main() -> None:
     spark, gateway = open_gateway("incremental")
-    results, lags, policies, small, soaked, rewritten = {}, [], {}, {}, {}, []
+    results, lags, policies, small, soaked, rewritten, relags = {}, [], {}, {}, {}, [], None
     try:
         if "rewrites" in PARTS:
             rewritten = rewrites(spark, gateway, ROWS, equal, jobs_of)
+            relags = reprocess_lag(spark, gateway)
         if "layouts" in PARTS:
             small = layouts(spark, gateway, ROWS // 6, equal)
         if "soak" in PARTS:
@@ -361,6 +362,8 @@ def main() -> None:
         report_soak(soaked, targets)
     if rewritten:
         report_rewrites(rewritten, targets)
+    if relags:
+        report_reprocess_lag(*relags, targets)
     exit_on_missed(targets)
 
 

@@ -33,6 +33,10 @@ MISSED_RUNS_POLICIES = ("latest", "all", "skip")
 # A table option: how refreshes bring the table up to date (auto: incremental where it is exact).
 REFRESH_POLICY = "refresh.policy"
 REFRESH_POLICIES = ("auto", "incremental", "full")
+# A table option: a source up to this size, joined with the source partitions a table keeps its state
+# by, keeps its previous content beside the state, to be diffed with its files when rewritten.
+SMALL_SOURCE_SIZE = "refresh.small-source.max-size"
+SMALL_SOURCE_DEFAULT = "64 mb"
 
 DEFAULTS: dict[str, str] = {
     FRESHNESS_THRESHOLD: "30 min",
@@ -80,6 +84,20 @@ def parse_duration(text: str, key: str = "duration") -> timedelta:
         return timedelta(seconds=int(match.group(1)) * _UNITS[unit or "ms"])
     except OverflowError:
         raise ValidationError(f"Option '{key}' = '{text}' is longer than any duration can be.") from None
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "bytes": 1, "k": 1024, "kb": 1024, "kibibytes": 1024, "m": 1024**2, "mb": 1024**2,
+               "mebibytes": 1024**2, "g": 1024**3, "gb": 1024**3, "gibibytes": 1024**3}
+
+
+def parse_size(text: str, key: str) -> int:
+    """Flink's memory size syntax ('64 mb', '512 kb', '1 gb'; no unit means bytes)."""
+    match = _DURATION.match(str(text))
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _SIZE_UNITS:
+        raise ValidationError(f"Option '{key}' = '{text}' is not a size; use a number and a unit such as "
+                              "'512 kb', '64 mb' or '1 gb'.")
+    return int(match.group(1)) * _SIZE_UNITS[unit]
 
 
 def catalog_store_path(explicit: str | None, advertised: str | None = None) -> str:

@@ -2,10 +2,12 @@
 one point of it (argv[5]): after its version was begun; after data and state were written in it (a state
 in the data's files), or after its state was written and after it joined the new version (a state of
 its own); after the partials kept per source partition were moved into it (argv[6] "partitioned": the
-source is partitioned by day, and a day was rewritten); after the version was published, or after the
+source is partitioned by day, and a day was rewritten), or — a filter's rows kept by day (argv[6]
+"linear") — as its written files are moved up out of their day's folder; after the version was published, or after the
 manifest naming the new state was written."""
 
 import os
+import re
 import signal
 import sys
 
@@ -18,7 +20,7 @@ from mt_magic.storage.versions import TableStorage
 store, source, warehouse, database, point, layout = sys.argv[1:7]
 spark = local_session("mt_magic-kill-incremental", warehouse=warehouse)
 spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
-if layout == "partitioned":
+if layout in ("partitioned", "linear"):
     spark.sql(f"CREATE TABLE {database}.src (k INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds) "
               f"LOCATION '{source}'")
     spark.sql(f"ALTER TABLE {database}.src RECOVER PARTITIONS")
@@ -55,6 +57,8 @@ elif point == "state-moved":         # the state moved into the new version, not
     after(type(files_for(spark)), "rename", lambda source_path, target: target.endswith("/_state"))
 elif point == "partials-moved":      # the partials kept per day moved into the new version, not yet published
     after(type(files_for(spark)), "rename", lambda source_path, target: "/_provenance/" in target)
+elif point == "flattened":           # a filter's files written by day, being moved up, not yet published
+    after(type(files_for(spark)), "rename", lambda source_path, target: re.match(r"\d{5}-", target.rsplit("/", 1)[1]))
 elif point == "published":           # readers see the new version; the record still names the old
     after(TableStorage, "publish")
 elif point == "manifest":            # the manifest of the new state written; the record not yet

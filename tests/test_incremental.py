@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from datetime import datetime, timedelta
 from urllib.parse import urlparse
 
@@ -27,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, TopN, maintenance
 from mt_magic.spark.kind import is_connect
+from mt_magic.refresh.kept_rows import merged
 from mt_magic.storage.compaction import SMALL_FILES_KEPT
 
 SHAPES = {   # name → (query, the plain sources it reads)
@@ -50,8 +52,10 @@ SHAPES = {   # name → (query, the plain sources it reads)
                "JOIN dim d ON s.product_id = d.id QUALIFY r <= 1", {"sales", "dim"}),
 }
 PARTITIONED = {"part": "ds", "chainagg": "ds"}   # chainagg: a state in partitioned data files
-# Aggregates over `sales` (partitioned by day) keep their partials per day: a rewritten day is retracted.
-RETRACTING = {"agg", "whole", "joinagg"}
+# Aggregates over `sales` (partitioned by day) keep their partials per day, one-branch linear tables their
+# rows: a rewritten day is retracted.
+RETRACTING = {"agg", "whole", "joinagg", "lin", "joined"}
+DIFFED = {"joinagg"}    # joined with a small dimension, whose content it keeps: a rewrite of it is diffed
 CI = bool(os.environ.get("CI"))
 rounds = itertools.count()       # one fire time per refresh round, later each time
 
@@ -83,8 +87,22 @@ def _files(spark, table: str) -> set[str]:
             for name in names if not name.startswith(("_", "."))}
 
 
+def _version_files(spark, table: str) -> set[tuple[str, int]]:
+    """A materialized table's files as the tables reading it tell them: by their names inside the
+    version folder (a file carried into a new version keeps its name) and their sizes."""
+    location = _location(spark, table)
+    return {(os.path.relpath(path, location), os.path.getsize(path)) for path in _files(spark, table)}
+
+
 def _multiset(rows) -> list:
     return sorted((tuple(round(v, 6) if isinstance(v, float) else v for v in row) for row in rows), key=repr)
+
+
+def test_a_partitions_files_that_stay_stay_named_when_some_of_its_others_are_rewritten():
+    """A linear table's rows kept by day: its small files rewritten into one drop only those from
+    what the manifest names (a large file of the same day stays), and a day emptied is named no more."""
+    kept = {"d1": ("big", "s1", "s2"), "d2": ("s3",)}
+    assert merged(kept, {"s1", "s2", "s3"}, {"d1": ("c1",)}) == {"d1": ("big", "c1")}
 
 
 def test_the_rules_classify_the_shapes():
@@ -164,30 +182,90 @@ def test_a_partitioned_aggregate_rewrites_only_the_partitions_its_change_touches
 
 
 def test_a_reprocessed_day_is_retracted_and_a_source_mostly_rewritten_is_recomputed(spark, gw):
-    """An aggregate over a day-partitioned source keeps its partials per day: under `auto`, a day
-    reprocessed is refreshed incrementally, reading that day alone (EXPLAIN says so beforehand, the
-    history after), and equals the query; most of the source rewritten is recomputed, saying why."""
+    """An aggregate over a day-partitioned source keeps its partials per day, a filter its rows: under
+    `auto`, a day reprocessed (or rows deleted from it) is refreshed incrementally, reading that day
+    alone (EXPLAIN says so beforehand, the history after), and equals the query, as after an append;
+    most of the source rewritten is recomputed, saying why."""
     spark.sql("CREATE TABLE visits (k INT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("INSERT INTO visits SELECT CAST(id % 7 AS INT), CAST(id % 13 AS DOUBLE), "
               "concat('d', CAST(id % 10 AS STRING)) FROM range(2000)")
-    query = "SELECT k, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS hi FROM visits GROUP BY k"
-    gw.execute(f"CREATE MATERIALIZED TABLE per_k FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    queries = {"per_k": ("SELECT k, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS hi FROM visits GROUP BY k", "merge by k"),
+               "kept": ("SELECT k, v * 2 AS v2, ds FROM visits WHERE v > 3", "append the query over the new rows")}
+    for name, (query, _) in queries.items():
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
     source = f"spark_catalog.{spark.catalog.currentDatabase()}.visits"
-    spark.sql("INSERT OVERWRITE visits PARTITION (ds = 'd3') SELECT CAST(id % 5 AS INT), 20.0 FROM range(150)")
-    said = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE per_k REFRESH")[0].rows)
-    assert said[f"source {source}"] == \
-        f"rewritten: 1 partition of {source} retracted and read again → incremental (merge by k)", said
-    gw.refresh("per_k", schedule_time="2030-01-01 00:00:00")
-    entry = gw.history("per_k", limit=1)[0]
-    assert entry["technique"] == "incremental", entry
-    assert entry["sources"][source] == f"rewritten: 1 partition of {source} retracted and read again"
-    assert _multiset(spark.table("per_k").collect()) == _multiset(spark.sql(query).collect())
+    rewrites = ["INSERT OVERWRITE visits PARTITION (ds = 'd3') SELECT CAST(id % 5 AS INT), 20.0 FROM range(150)",
+                "INSERT INTO visits SELECT 1, 9.0, 'd9' FROM range(3)",
+                "INSERT OVERWRITE visits PARTITION (ds = 'd9') SELECT 2, 9.0 FROM range(2)"]
+    for step, rewrite in enumerate(rewrites):
+        spark.sql(rewrite)
+        for name, (query, how) in queries.items():
+            said = dict(gw.execute(f"EXPLAIN ALTER MATERIALIZED TABLE {name} REFRESH")[0].rows)
+            change = rf"rewritten: \d+ files? removed, \d+ written \(\d+ bytes\); 1 partition of {source} " \
+                "retracted and read again"
+            if step != 1:
+                assert re.fullmatch(rf"{change} → incremental \({how}\)", said[f"source {source}"]), said
+            gw.refresh(name, schedule_time=f"2030-01-0{step + 1} 00:00:00")
+            entry = gw.history(name, limit=1)[0]
+            assert entry["technique"] == "incremental", entry
+            assert step == 1 or re.fullmatch(change, entry["sources"][source]), entry
+            assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect())
     spark.sql("INSERT OVERWRITE visits SELECT k, v + 1, ds FROM (SELECT CAST(id % 7 AS INT) AS k, "
               "CAST(id % 3 AS DOUBLE) AS v, concat('d', CAST(id % 6 AS STRING)) AS ds FROM range(1500))")
-    gw.refresh("per_k", schedule_time="2030-01-02 00:00:00")
-    entry = gw.history("per_k", limit=1)[0]
-    assert (entry["technique"], entry["reason"]) == ("full", f"most of {source} was rewritten (10 partitions)"), entry
-    assert _multiset(spark.table("per_k").collect()) == _multiset(spark.sql(query).collect())
+    for name, (query, _) in queries.items():
+        gw.refresh(name, schedule_time="2030-01-05 00:00:00")
+        entry = gw.history(name, limit=1)[0]
+        assert (entry["technique"], entry["reason"]) == ("full", f"most of {source} was rewritten (10 partitions)"), \
+            entry
+        assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect())
+
+
+def test_a_corrected_dimension_is_diffed_with_the_content_the_table_kept(spark, gw):
+    """An aggregate over a day-partitioned fact table joined with a small dimension keeps the
+    dimension's content beside its partials: the dimension rewritten with rows changed, gone and new
+    (duplicates and a NULL key among them) is refreshed incrementally from the difference, and equals
+    the query; a MIN or a DECIMAL sum over it, or a dimension above 'refresh.small-source.max-size',
+    recomputes."""
+    spark.sql("CREATE TABLE facts (k INT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.sql("INSERT INTO facts SELECT CAST(id % 9 AS INT), CAST(id % 5 AS DOUBLE), concat('d', CAST(id % 4 AS STRING)) "
+              "FROM range(400)")
+    spark.sql("INSERT INTO facts VALUES (NULL, 1.0, 'd1')")
+    spark.sql("CREATE TABLE dims (k INT, region STRING) USING parquet")
+    spark.sql("INSERT INTO dims VALUES (0, 'a'), (1, 'a'), (2, 'b'), (3, 'b'), (4, 'c'), (5, 'c'), (NULL, 'a')")
+    queries = {"by_region": "SELECT d.region, SUM(f.v) AS s, COUNT(*) AS n FROM facts f JOIN dims d ON f.k = d.k "
+                            "GROUP BY d.region",
+               "lowest": "SELECT d.region, MIN(f.v) AS lo FROM facts f JOIN dims d ON f.k = d.k GROUP BY d.region",
+               "costs": "SELECT d.region, SUM(CAST(f.v AS DECIMAL(10, 2))) AS c FROM facts f JOIN dims d ON f.k = d.k "
+                        "GROUP BY d.region"}
+    recomputed = {"lowest": "a MIN or MAX over it is recomputed", "costs": "a DECIMAL sum over it is recomputed"}
+    for name, query in queries.items():
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    dims = f"spark_catalog.{spark.catalog.currentDatabase()}.dims"
+    corrections = ["INSERT OVERWRITE dims VALUES (0, 'a'), (1, 'c'), (2, 'b'), (2, 'b'), (6, 'd'), (NULL, 'b')",
+                   "INSERT OVERWRITE dims VALUES (1, 'c'), (2, 'a'), (7, 'd'), (8, 'e')"]
+    for step, correction in enumerate(corrections):
+        spark.sql(correction)
+        for name, query in queries.items():
+            gw.refresh(name, schedule_time=f"2030-01-0{step + 1} 00:00:00")
+            entry = gw.history(name, limit=1)[0]
+            if name == "by_region":
+                assert entry["technique"] == "incremental", entry
+                assert re.fullmatch(r"rewritten: \d+ files? removed, \d+ written \(\d+ bytes\); its previous content "
+                                    r"diffed with its files now, the difference joined", entry["sources"][dims]), entry
+            else:
+                assert (entry["technique"], entry["reason"]) == ("full", f"{dims} was rewritten ({recomputed[name]})"), \
+                    entry
+            assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect()), name
+    spark.sql("INSERT INTO facts VALUES (1, 2.0, 'd2')")       # appended: the content kept goes on
+    gw.refresh("by_region", schedule_time="2030-01-05 00:00:00")
+    gw.execute("ALTER MATERIALIZED TABLE by_region SET ('refresh.small-source.max-size' = '10 b')")
+    spark.sql("INSERT INTO facts VALUES (2, 2.0, 'd2')")       # refreshed keeping no content of the dimension
+    gw.refresh("by_region", schedule_time="2030-01-06 00:00:00")
+    spark.sql(corrections[0])
+    gw.refresh("by_region", schedule_time="2030-01-07 00:00:00")
+    entry = gw.history("by_region", limit=1)[0]
+    assert (entry["technique"], entry["reason"]) == ("full", f"{dims} was rewritten"), entry
+    assert _multiset(spark.table("by_region").collect()) == _multiset(spark.sql(queries["by_region"]).collect())
 
 
 def test_a_refresh_chooses_by_its_own_snapshot_while_another_table_over_the_source_refreshes(spark, gw):
@@ -251,7 +329,8 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
     """A day-partitioned source appended to by several tasks, a small file per task and day, refreshed
     after each append: the tables stay equal to their queries, each refresh appends incrementally, and
     neither table's files grow with the refreshes (a folder's small files are rewritten into one when
-    there are more than SMALL_FILES_KEPT). On a classic session the refresh lists the many appended
+    there are more than SMALL_FILES_KEPT; a table keeping its rows by day, a day's, and every day's
+    once the table holds more than four a day). On a classic session the refresh lists the many appended
     files itself: it starts no more Spark jobs than after a one-file append (Spark would start a
     listing job of a task per file beside the write), and a full refresh reads the files listed too."""
     spark.sql("CREATE TABLE clicks (id BIGINT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
@@ -283,8 +362,10 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
         folders: dict[str, int] = {}
         for path in spark.table(name).inputFiles():
             folders[os.path.dirname(path)] = folders.get(os.path.dirname(path), 0) + 1
-        # 12 appends left up to 2 files per folder each; the folder keeps at most SMALL_FILES_KEPT + 2
-        assert max(folders.values()) <= SMALL_FILES_KEPT + 2, (name, folders)
+        if name == "flat":      # its rows kept by day, a day's in files of their own: bounded by the 40 days
+            assert sum(folders.values()) <= 5 * 40 + SMALL_FILES_KEPT, (name, folders)
+        else:   # 12 appends left up to 2 files per folder each; the folder keeps at most SMALL_FILES_KEPT + 2
+            assert max(folders.values()) <= SMALL_FILES_KEPT + 2, (name, folders)
     # the second round appended 80 files and compacted nothing yet: one job (the write), as after one file
     assert all(counts[0] == counts[1] == 1 for counts in jobs.values()), jobs
     if not is_connect(spark):       # a full refresh, too, reads the files listed: one job, no listing job
@@ -305,6 +386,7 @@ def test_every_shape_stays_equal_to_its_query(spark, tables):
         def __init__(self) -> None:
             super().__init__()
             self.files = {table: _files(spark, table) for table in ("sales", "dim")}   # at the last fire
+            self.lin = _version_files(spark, "lin")
 
         @initialize(sales=st.lists(sale, max_size=4), dim=dim_rows)
         def start(self, sales, dim):
@@ -343,6 +425,12 @@ def test_every_shape_stays_equal_to_its_query(spark, tables):
                     if compact or r.product_id != key]
             self.reprocess_day(day, [(k, amount, day) for k, amount in rows])
 
+        @rule(rows=dim_rows, keep=st.integers(0, 3))
+        def correct_dim(self, rows, keep):
+            """The dimension rewritten whole: some of its rows as they were, the others new."""
+            kept = [tuple(r) for r in spark.table("dim").collect()][:keep]
+            self._overwrite("dim", kept + rows, ("INT", "STRING"))
+
         @rule(threshold=st.sampled_from([1.0, 3.0]))
         def delete_sales(self, threshold):
             """Rows leave: the files are rewritten without them (what a DELETE does to plain files)."""
@@ -360,11 +448,12 @@ def test_every_shape_stays_equal_to_its_query(spark, tables):
                 gw.refresh(name, schedule_time=fire)
                 entry = gw.history(name, limit=1)[0]
                 said = (name, entry["technique"], entry["reason"], entry["sources"])
-                if name == "lin":       # what the tables reading it see
-                    changed["lin"] = {"full": "rewritten", "incremental": "appended" if entry["rows"] else None,
-                                      "skip": None}[entry["technique"]]
+                if name == "lin":       # what the tables reading it see: its files, named from its version on
+                    before, self.lin = self.lin, _version_files(spark, "lin")
+                    changed["lin"] = "rewritten" if before - self.lin else "appended" if self.lin - before else None
                 rewritten = [s for s in sources if changed.get(s) == "rewritten"]
-                if name in RETRACTING and rewritten == ["sales"] and not any(changed.get(s) for s in sources - {"sales"}):
+                alone = len(rewritten) == 1 and not any(changed.get(s) for s in sources - set(rewritten))
+                if alone and (name in RETRACTING and rewritten == ["sales"] or name in DIFFED and rewritten == ["dim"]):
                     assert entry["technique"] == "incremental", said       # the rewritten days retracted
                 elif rewritten:
                     assert entry["technique"] in ("full", "partitions"), said

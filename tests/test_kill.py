@@ -153,11 +153,13 @@ def test_a_write_killed_inside_the_store_leaves_no_temporary_file_for_long(spark
     ("begun", "", ""), ("written", "", ""), ("published", "", ""), ("manifest", "", ""),   # the state in the data's files
     ("state-written", " HAVING COUNT(*) > 0", ""), ("state-moved", " HAVING COUNT(*) > 0", ""),     # a state apart
     # a day of a partitioned source rewritten: its partials retracted, the partials kept per day staged
-    ("state-written", "", "partitioned"), ("partials-moved", "", "partitioned"), ("manifest", "", "partitioned")])
+    ("state-written", "", "partitioned"), ("partials-moved", "", "partitioned"), ("manifest", "", "partitioned"),
+    # the same for a filter: its rows kept by day, the rewritten day's files replaced
+    ("flattened", "", "linear"), ("published", "", "linear")])
 def test_sigkill_in_an_incremental_refresh_leaves_state_and_data_that_agree(spark, db, tmp_path, store_path,
                                                                             point, having, layout):
     source = str(tmp_path / "src")
-    partitioned = layout == "partitioned"
+    partitioned = layout in ("partitioned", "linear")
     spark.sql(f"CREATE TABLE src (k INT, amount DOUBLE{', ds STRING' if partitioned else ''}) USING parquet "
               f"{'PARTITIONED BY (ds) ' if partitioned else ''}LOCATION '{source}'")
 
@@ -165,7 +167,8 @@ def test_sigkill_in_an_incremental_refresh_leaves_state_and_data_that_agree(spar
         return ", ".join(f"({k}, {amount}, '{d}')" if partitioned else f"({k}, {amount})" for k, amount, d in rows)
 
     spark.sql(f"INSERT INTO src VALUES {values((1, 1.0, 'a'), (2, 2.0, 'b'), ('NULL', 3.0, 'a'))}")
-    query = f"SELECT k, COUNT(*) AS n, SUM(amount) AS total, MIN(amount) AS lo FROM src GROUP BY k{having}"
+    query = "SELECT k, amount * 2 AS a2, ds FROM src WHERE amount > 0" if layout == "linear" else \
+        f"SELECT k, COUNT(*) AS n, SUM(amount) AS total, MIN(amount) AS lo FROM src GROUP BY k{having}"
     gateway = Gateway(spark, catalog_store=store_path)
     gateway.execute(f"CREATE MATERIALIZED TABLE mt WITH ('refresh.policy' = 'incremental') FRESHNESS = INTERVAL '1' DAY "
                     f"REFRESH_MODE = FULL AS {query}")     # a tiny day is most of the source: auto would recompute

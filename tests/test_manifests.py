@@ -22,6 +22,8 @@ def test_a_source_is_unchanged_appended_or_rewritten():
     assert appended.describe() == "appended 2 files (12 bytes)"
     assert classify(before, {"f:/a/1": (10, 1)}).change is SourceChange.REWRITTEN            # a file gone
     assert classify(before, {"f:/a/1": (10, 1), "f:/a/2": (21, 2)}).change is SourceChange.REWRITTEN
+    assert classify(before, {"f:/a/1": (10, 1), "f:/a/2": (21, 2), "f:/a/5": (3, 5)}).describe() == \
+        "rewritten: 1 file removed, 2 written (24 bytes)"
     assert classify(before, {"f:/a/1": (10, 1), "f:/a/2": (20, 9)}).change is SourceChange.REWRITTEN
     assert classify({}, {"f:/a/1": (10, 1)}).change is SourceChange.APPENDED                  # first files
     assert classify(None, before).change is SourceChange.UNKNOWN                                # no manifest
@@ -53,16 +55,19 @@ def test_refreshes_say_what_each_source_did_and_keep_its_files_beside_the_data(s
     assert last["technique"] == "incremental" and last["sources"][source].startswith("appended 1 file (")
     assert len(_manifests(gw, "totals")) == 1 and _manifests(gw, "totals") != [manifest]
 
+    before = _source_files(spark, "sales")
     spark.sql("INSERT OVERWRITE sales VALUES ('2024-01-04', 1, 4.0)")
+    now = _source_files(spark, "sales")
     gw.execute("ALTER MATERIALIZED TABLE totals REFRESH")
-    assert gw.history("totals", limit=1)[0]["sources"] == {source: "rewritten"}
+    said = f"rewritten: {len(before)} files removed, 1 written ({sum(now.values())} bytes)"
+    assert gw.history("totals", limit=1)[0]["sources"] == {source: said}
 
     gw.refresh("totals", schedule_time="2030-01-01 00:00:00")       # nothing changed: a skip
     skipped = gw.history("totals", limit=1)[0]
     assert (skipped["outcome"], skipped["technique"], skipped["sources"]) == ("SKIPPED", "skip", {})
     row = spark.sql("SELECT technique, sources FROM mt_refresh_history('totals') WHERE outcome = 'SUCCEEDED' "
                     "ORDER BY finished DESC LIMIT 1").first()
-    assert row["technique"] == "full" and json.loads(row["sources"]) == {source: "rewritten"}
+    assert row["technique"] == "full" and json.loads(row["sources"]) == {source: said}
     assert gw.history("totals", limit=2)[1]["reason"] == f"{source} was rewritten"
 
 
@@ -74,7 +79,7 @@ def test_a_table_over_a_recomputed_table_sees_it_rewritten(spark, gw, sales):
     gw.execute("ALTER MATERIALIZED TABLE totals REFRESH")
     gw.execute("ALTER MATERIALIZED TABLE days REFRESH")
     upstream = gw.describe("totals")["identifier"]
-    assert gw.history("days", limit=1)[0]["sources"] == {upstream: "rewritten"}
+    assert gw.history("days", limit=1)[0]["sources"][upstream].startswith("rewritten: 1 file removed, 1 written (")
 
 
 def test_dropping_a_table_at_a_path_of_its_own_removes_its_manifests(spark, gw, sales, tmp_path):
@@ -102,3 +107,11 @@ def test_a_source_at_a_location_with_url_characters_is_listed(spark, gw, tmp_pat
     assert (last["outcome"], last["technique"]) == ("SUCCEEDED", "incremental"), last
     assert last["sources"][source].startswith("appended 1 file (")
     assert [tuple(r) for r in spark.table("by_k").collect()] == [(1, 3)]
+
+
+def _source_files(spark, table: str) -> dict[str, int]:
+    """A table's data files and their sizes."""
+    location = urlparse(next(r.data_type for r in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect()
+                             if r.col_name == "Location")).path
+    return {os.path.join(folder, name): os.path.getsize(os.path.join(folder, name))
+            for folder, _, names in os.walk(location) for name in names if not name.startswith(("_", "."))}

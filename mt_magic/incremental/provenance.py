@@ -1,4 +1,5 @@
-"""An aggregate's partials kept per source partition, so that a rewritten partition can be retracted.
+"""An aggregate's partials (a linear query's rows) kept per source partition, so that a rewritten
+partition can be retracted.
 
 Plain files lose their old rows when a partition is rewritten (a day reprocessed, rows deleted, files
 compacted). The provenance state keeps, per partition of one source (the provenance) and per group,
@@ -7,7 +8,9 @@ their old partials and adds the partials of their files now — signed changes, 
 removed weigh −1. COUNT, SUM and AVG subtract; a SUM whose counted values reach zero is NULL again; a
 group whose rows reach zero disappears. A rule with MIN or MAX merges its state again from every
 partition's partials (a removed partial may have been the group's MIN): measured, one pass over the
-partials costs less than finding and deriving again only the groups that need it."""
+partials costs less than finding and deriving again only the groups that need it. A linear query's
+rows are tagged with their source partition instead (`tagged_rows`): the table keeps each partition's
+rows in files of their own, and a rewritten partition's are written again."""
 
 from __future__ import annotations
 
@@ -17,9 +20,10 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import STATE_KEY, STATE_PARTIAL, Aggregate
-from mt_magic.incremental.linear import term_trees
+from mt_magic.incremental.linear import Linear, term_trees
 from mt_magic.incremental.occurrences import Names, replaced, sql, tables
 
+SIGN = "mt_sign"             # a changed row's weight: +1 added, -1 removed
 PARTITION = "mt_partition"   # the provenance state's column naming the source partition a row came from
 # (its folders are listed: a name starting with "_" would hide them)
 
@@ -57,14 +61,15 @@ def merged_partitions(rule: Aggregate, kept: str) -> str:
     return f"SELECT {', '.join(keys + _merges(rule))} FROM {kept}{group}"
 
 
-def retracted(rule: Aggregate, old: str, added: str, removed: str) -> str:
+def retracted(rule: Aggregate, old: str, added: str, removed: str | None) -> str:
     """The new per-group state of a rule whose partials all subtract (no MIN or MAX: `subtracts`):
-    `old` (per group) with the partitions' partials now (`added`, per partition and group) in and
-    their partials before (`removed`) out."""
+    `old` (per group) with the partitions' partials now (`added`, per partition and group; or the
+    signed partials of rows added and removed) in and their partials before (`removed`) out."""
     keys, partials = _keys(rule), _partials(rule)
     every = (f"SELECT {', '.join(keys + partials)} FROM {old} UNION ALL "
-             f"SELECT {', '.join(keys + partials)} FROM {added} UNION ALL "
-             f"SELECT {', '.join(keys + [f'-{a} AS {a}' for a in partials])} FROM {removed}")
+             f"SELECT {', '.join(keys + partials)} FROM {added}")
+    if removed is not None:
+        every += f" UNION ALL SELECT {', '.join(keys + [f'-{a} AS {a}' for a in partials])} FROM {removed}"
     columns = []
     for a, partial in zip(partials, rule.partials, strict=True):
         counted = f"SUM({STATE_PARTIAL}{partial.counter})" if partial.counter is not None else None
@@ -73,10 +78,42 @@ def retracted(rule: Aggregate, old: str, added: str, removed: str) -> str:
     return f"SELECT {', '.join(keys + columns)} FROM ({every}) AS every{group}"
 
 
+def signed_state(rule: Aggregate, provenance: Provenance, reading: Callable[[int], str], signed: int) -> str:
+    """The partials per source partition and group of rows with a weight, +1 added or −1 removed
+    (DBSP's Z-sets): occurrence `signed` reads a relation whose `mt_sign` column weighs each of its
+    rows, and each row's partial counts times its weight (a rule whose partials all subtract)."""
+    tree = replaced(rule.select, reading)
+    weight = exp.column(SIGN, table=tables(tree)[signed].alias_or_name)
+    rows = _by_partition(rule, tree, provenance, rows=True)
+    rows.set("expressions", [*rows.expressions, exp.alias_(weight, SIGN)])
+    keys = [PARTITION] + _keys(rule)
+    sums = [f"SUM({a} * {SIGN}) AS {a}" for a in _partials(rule)]
+    return f"SELECT {', '.join(keys + sums)} FROM ({sql(rows)}) AS weighed GROUP BY {', '.join(keys)}"
+
+
 def subtracts(rule: Aggregate) -> bool:
     """Every partial is a count or a sum, which a removed partition's partial is subtracted from; a MIN
     or MAX is merged again from every partition's partials instead (a removed one may have been it)."""
     return all(p.merge == "SUM" for p in rule.partials)
+
+
+def tagged_rows(rule: Linear, provenance: Provenance, reading: Callable[[int], str]) -> str:
+    """A one-branch linear query, occurrence i reading `reading(i)`, each row tagged with the source
+    partition it came from (the kept occurrence's): a rewritten partition's rows are found by it."""
+    return sql(_tagged(replaced(rule.branches[0], reading), provenance))
+
+
+def tagged_change(rule: Linear, provenance: Provenance, appended: set[str], names: Names) -> str | None:
+    """The rows a one-branch linear query gains from the appended sources (the bilinear rule's terms),
+    tagged as `tagged_rows`; None when none of them is read."""
+    terms = [sql(_tagged(term, provenance))
+             for term in term_trees(rule.branches[0], rule.occurrences[0], 0, appended, names)]
+    return " UNION ALL ".join(terms) or None
+
+
+def _tagged(tree: exp.Select, provenance: Provenance) -> exp.Select:
+    tree.set("expressions", [*tree.expressions, exp.alias_(partition_expression(provenance, tree), PARTITION)])
+    return tree
 
 
 def partition_expression(provenance: Provenance, tree: exp.Select) -> exp.Expression:

@@ -105,5 +105,6 @@ class Lifecycle:
 
 def _snapshot_after(table: MaterializedTable, keys: Iterable[str]) -> dict:
     """New options may write the data differently, so the next refresh runs whatever the sources did;
-    the refresh policy only picks how the next refresh runs, and the data stays as it matched them."""
-    return table.source_snapshot if set(keys) <= {cfg.REFRESH_POLICY} else {}
+    the refresh policy (and the size of a small source) only picks how the next refresh runs, and the
+    data stays as it matched them."""
+    return table.source_snapshot if set(keys) <= {cfg.REFRESH_POLICY, cfg.SMALL_SOURCE_SIZE} else {}

@@ -273,12 +273,16 @@ class Runs:
 
 
 def delta_read(decision: RefreshDecision, situation: Situation, maintained: Maintained) -> dict:
-    """An incremental refresh's reading of the appended files: rows counted as they were read, bytes
-    from the listings."""
+    """An incremental refresh's reading of the change: of the appended files, rows counted as they were
+    read, and bytes from the listings — with the files now of the partitions (the small source) it
+    retracted."""
     if decision.technique is not Technique.INCREMENTAL:
         return {}
-    return {"delta_rows": maintained.delta_rows, "delta_bytes": sum(
-        d.added_bytes for d in situation.changes.values() if d.change is SourceChange.APPENDED)}
+    read = sum(d.added_bytes for d in situation.changes.values() if d.change is SourceChange.APPENDED)
+    if decision.retraction is not None:
+        listing = situation.listings.get(decision.retraction.source) or {}
+        read += sum(listing[path][0] for path in decision.retraction.files if path in listing)
+    return {"delta_rows": maintained.delta_rows, "delta_bytes": read}
 
 
 def freshness_s(table: MaterializedTable) -> float:

@@ -115,11 +115,19 @@ class SourceDelta:
     added_bytes: int = 0
     total_bytes: int = 0            # the source's files now
     files: tuple[str, ...] = ()     # the source's files now
+    replaced: tuple[int, int, int] = (0, 0, 0)    # a rewrite's files removed, files written, bytes written
 
     def describe(self) -> str:
         if self.change is SourceChange.APPENDED:
-            return f"appended {len(self.added)} file{'s' if len(self.added) != 1 else ''} ({self.added_bytes} bytes)"
+            return f"appended {_files(len(self.added))} ({self.added_bytes} bytes)"
+        if self.change is SourceChange.REWRITTEN:
+            removed, written, size = self.replaced
+            return f"rewritten: {_files(removed)} removed, {written} written ({size} bytes)"
         return self.change.value
+
+
+def _files(count: int) -> str:
+    return f"{count} file{'s' if count != 1 else ''}"
 
 
 Relative = Callable[[str], str]
@@ -137,7 +145,10 @@ def classify(before: Listing | None, now: Listing | None, relative: Relative | N
         where = {relative(p): p for p in now}
         now = {relative(p): (size, 0) for p, (size, _) in now.items()}
     if any(now.get(path) != facts for path, facts in before.items()):
-        return SourceDelta(SourceChange.REWRITTEN, total_bytes=_bytes(now), files=files)
+        removed = sum(1 for path, facts in before.items() if now.get(path) != facts)
+        written = [facts[0] for path, facts in now.items() if before.get(path) != facts]
+        return SourceDelta(SourceChange.REWRITTEN, total_bytes=_bytes(now), files=files,
+                           replaced=(removed, len(written), sum(written)))
     kept = tuple(sorted(where[p] for p in before))
     added = sorted(set(now) - set(before))
     if not added:

@@ -35,7 +35,7 @@ from mt_magic.spark.types import type_from_json
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.sql.volatile import volatile_calls
 from mt_magic.storage.formats import data_source_options
-from mt_magic.storage.manifests import CARRIED, Manifest
+from mt_magic.storage.manifests import CARRIED, KeptRows, KeptState, Manifest
 
 _PARTITION_TYPES = (T.StringType, T.IntegerType, T.LongType, T.ShortType, T.ByteType, T.DateType)
 READABLE_FORMATS = ("parquet", "orc")      # a plain source's files read alone with no options
@@ -84,7 +84,8 @@ class Known:
     readings: dict[str, Reading | str]
     state_kept: bool = False
     estimate: Estimate | None = None
-    keeping: Keeping | None = None          # the source partitions an aggregate's partials are kept by
+    keeping: Keeping | None = None          # the source partitions an aggregate's partials (a linear
+    # table's rows) are kept by
 
 
 
@@ -226,7 +227,7 @@ class Chooser:
             rule = rule.retractable
         if manifest is None or any(isinstance(r, str) for r in readings.values()):
             return Known(rule, readings, keeping=keeping)
-        kept = not isinstance(rule, STATEFUL) or manifest.state is not None and self.files.exists(manifest.state) \
+        kept = (not isinstance(rule, STATEFUL) or manifest.state is not None and self.files.exists(manifest.state)) \
             and _fits(rule, manifest, keeping)
         weighs = kept and table.options.get(REFRESH_POLICY, "auto") == "auto" and \
             all(d.change in (SourceChange.UNCHANGED, SourceChange.APPENDED) for d in changes.values()) and \
@@ -249,9 +250,11 @@ class Chooser:
 def _keeping(table: MaterializedTable, rule: Rule, readings: dict[str, Reading | str],
              materialized: Callable[[str], Any]) -> Keeping | None:
     """An aggregate over a partitioned plain source (read once) keeps its partials per partition of the
-    first such source, so that a rewritten partition can be retracted. The partition's folder text is
-    the column's value as text for string, whole-number and date columns."""
-    if type(rule) is not Aggregate or table.partition_keys:
+    first such source, and a one-branch linear query its rows, so that a rewritten partition can be
+    retracted. The partition's folder text is the column's value as text for string, whole-number and
+    date columns."""
+    linear = isinstance(rule, Linear) and len(rule.branches) == 1
+    if type(rule) is not Aggregate and not linear or table.partition_keys:
         return None
     for index, source in enumerate(rule.sources):
         reading = readings.get(source)
@@ -266,13 +269,17 @@ def _keeping(table: MaterializedTable, rule: Rule, readings: dict[str, Reading |
 
 
 def _fits(rule: Rule, manifest: Manifest, keeping: Keeping | None) -> bool:
-    """The kept state has the columns the rule's state has now (a rule's state may gain columns)."""
+    """The kept state has the columns the rule's state has now (a rule's state may gain columns), and
+    what is kept by source partition is kept by the partitions the table keeps it by now."""
+    if isinstance(rule, Linear):
+        return keeping is None or isinstance(manifest.kept, KeptRows) and \
+            manifest.kept.fits(keeping.source, keeping.provenance)
     if not isinstance(rule, Aggregate):
         return True
     columns = [c[len(CARRIED):] if c.startswith(CARRIED) else c for c in manifest.state_columns]
     if columns != rule.state_columns:
         return False
-    return keeping is None or manifest.kept is not None and \
+    return keeping is None or isinstance(manifest.kept, KeptState) and \
         manifest.kept.fits(keeping.source, keeping.provenance, rule.state_columns)
 
 

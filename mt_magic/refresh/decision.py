@@ -15,13 +15,14 @@ from mt_magic.catalog.history import Technique, Trigger
 from mt_magic.catalog.model import MaterializedTable, Target
 from mt_magic.config import REFRESH_POLICY
 from mt_magic.incremental.cost import Estimate
-from mt_magic.incremental.rules import Recompute, Rule
+from mt_magic.incremental.provenance import subtracts
+from mt_magic.incremental.rules import Aggregate, Recompute, Rule
 from mt_magic.refresh.changes import (Change, Relative, Snapshot, SourceChange, SourceDelta, compare, deltas,
                                       volatile)
 from mt_magic.refresh.choice import STATEFUL, Choice, Known, Reading
 from mt_magic.refresh.provenance_state import Keeping, Retraction, changed_partitions, partition_of
 from mt_magic.spark.files import Listing
-from mt_magic.storage.manifests import Manifest
+from mt_magic.storage.manifests import KeptState, Manifest
 
 SKIP_REASON = "no source changed since the table last matched them"
 RETRACTED_SHARE = 0.5        # above it, retracting a source's rewritten partitions costs more than recomputing
@@ -107,7 +108,8 @@ def decide(situation: Situation, spec: dict[str, str], trigger: Trigger, only_ch
     keeping = situation.known.keeping if choice.readings else None
     if choice.incremental:
         if choice.retraction is not None:
-            sources[choice.retraction.source] = f"rewritten: {choice.retraction.describe()}"
+            retracted = choice.retraction.source
+            sources[retracted] = f"{changes[retracted].describe()}; {choice.retraction.describe()}"
         return RefreshDecision(Technique.INCREMENTAL, Target(), None, choice.estimate, sources, choice.rule,
                                choice.readings, keeping, choice.retraction)
     if only_changed and comparison.change is Change.PARTITIONS:
@@ -118,16 +120,19 @@ def decide(situation: Situation, spec: dict[str, str], trigger: Trigger, only_ch
 
 
 def retracting(situation: Situation, source: str) -> Retraction | str:
-    """The rewritten source's partitions to retract, or why they are not: only the source an aggregate's
-    partials are kept by is retracted, alone (the others unchanged), by partition folder; under
-    `auto`, a recompute is chosen when the rewritten partitions hold more than half of its bytes."""
+    """The rewritten source's partitions to retract, or why they are not: the source an aggregate's
+    partials (a linear table's rows) are kept by is retracted, alone (the others unchanged), by
+    partition folder — under `auto`, a recompute is chosen when the rewritten partitions hold more than
+    half of its bytes; a small source beside it is diffed with its content kept."""
     keeping, manifest, changes = situation.known.keeping, situation.manifest, situation.changes
     rewritten = f"{source} was rewritten"
     before, now = (manifest.listings.get(source) if manifest else None), situation.listings.get(source)
-    if keeping is None or keeping.source != source or before is None or now is None:
+    if keeping is None or before is None or now is None:
         return rewritten
     if any(d.change is not SourceChange.UNCHANGED for s, d in changes.items() if s != source):
         return f"{rewritten} and another source changed"
+    if keeping.source != source:
+        return _diffed(situation, source, now)
     partitions, files = changed_partitions(before, now, keeping.provenance.column)
     if "" in partitions:
         return rewritten
@@ -137,6 +142,19 @@ def retracting(situation: Situation, source: str) -> Retraction | str:
         if touched > RETRACTED_SHARE * max(sum(size for size, _ in now.values()), 1):
             return f"most of {source} was rewritten ({len(partitions)} partitions)"
     return Retraction(source, tuple(sorted(partitions)), tuple(files))
+
+
+def _diffed(situation: Situation, source: str, now: Listing) -> Retraction | str:
+    """A small source rewritten is diffed with the content the state kept of it, where its partials
+    subtract (a MIN or MAX over it is recomputed)."""
+    kept, rule = situation.manifest.kept, situation.known.rule
+    if not isinstance(kept, KeptState) or source not in kept.previous:
+        return f"{source} was rewritten"
+    if not isinstance(rule, Aggregate) or not subtracts(rule):
+        return f"{source} was rewritten (a MIN or MAX over it is recomputed)"
+    if '"decimal' in kept.schema:      # a weighed partial's DECIMAL type is not the kept one's
+        return f"{source} was rewritten (a DECIMAL sum over it is recomputed)"
+    return Retraction(source, (), tuple(sorted(now)), diffed=True)
 
 
 def choose(situation: Situation, rebuild: bool = False) -> Choice:
@@ -166,8 +184,9 @@ def choose(situation: Situation, rebuild: bool = False) -> Choice:
                 return Choice(rule, False, retraction, readings)
         if changes[source].change is SourceChange.UNKNOWN:
             return Choice(rule, False, f"no manifest of the files {source} had", readings)
-    if isinstance(rule, STATEFUL) and not known.state_kept:
-        return Choice(rule, False, "no state kept yet", readings)
+    if not known.state_kept:
+        return Choice(rule, False, "no state kept yet" if isinstance(rule, STATEFUL) else
+                      f"no provenance of its rows kept yet (by {known.keeping.source})", readings)
     if table.options.get(REFRESH_POLICY, "auto") != "auto" or retraction is not None or \
             all(d.change is not SourceChange.APPENDED for d in changes.values()):
         return Choice(rule, True, None, readings, retraction=retraction)

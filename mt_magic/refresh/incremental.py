@@ -22,11 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from mt_magic.catalog.model import MaterializedTable, Storage, Target
+from mt_magic.incremental.occurrences import Version
+from mt_magic.incremental.provenance import PARTITION, tagged_change, tagged_rows
 from mt_magic.incremental.rules import Aggregate, Linear
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.kept_partials import KeptPartials, Staged
-from mt_magic.refresh.provenance_state import Keeping, Retraction
+from mt_magic.refresh.kept_rows import RowsByPartition, merged
+from mt_magic.refresh.provenance_state import Keeping, Retraction, partition_of
 from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.choice import Reading, Stateful, table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
@@ -37,7 +40,7 @@ from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver
 from mt_magic.spark.sessions import default_parallelism
 from mt_magic.spark.files import Listing
 from mt_magic.storage.compaction import files_for, files_to_compact
-from mt_magic.storage.manifests import KeptState, Manifest
+from mt_magic.storage.manifests import KeptRows, KeptState, Manifest
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.linked import extended
 from mt_magic.storage.versions import TableStorage
@@ -56,7 +59,7 @@ class Maintained:
     state_schema: str | None = None
     delta_rows: int | None = None           # the rows read of the appended files
     state_format: str = STATE_FORMAT
-    kept: KeptState | None = None           # the partials kept per source partition
+    kept: KeptState | KeptRows | None = None    # the partials (the rows) kept by source partition
 
     def manifest(self, listings: dict) -> Manifest:
         return Manifest(listings, self.state, self.state_schema, self.state_format, self.kept)
@@ -69,6 +72,7 @@ class Maintainer:
         self.spark = spark
         self.storage = storage
         self.partials = KeptPartials(spark, storage)
+        self.rows = RowsByPartition(spark, storage)
 
     def maintain(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
                  readings: dict[str, Reading], manifest: Manifest | None, keeping: Keeping | None = None,
@@ -85,6 +89,8 @@ class Maintainer:
         with self._scope(table, "incremental") as relations:
             names = relations.naming(rule.sources, changes, readings)
             if isinstance(rule, Linear):
+                if keeping is not None:
+                    return self._kept_rows(table, rule, changes, relations, keeping, manifest.kept, retraction)
                 return self._append(table, rule, changes, relations)
             old = relations.add("old_state", read_state(self.spark, table, manifest))
             if keeping is not None and isinstance(rule, Aggregate):
@@ -109,6 +115,9 @@ class Maintainer:
                 relations.verify = verify
                 listings.result() if listings is not None else \
                     refresh_listings(self.spark, tuple(rule.sources[i] for i in names.tables))
+            if isinstance(rule, Linear) and keeping is not None:
+                return self._rewritten(table, tagged_rows(rule, keeping.provenance,
+                                                          lambda i: names.name(i, Version.NEW)), relations, keeping)
             if isinstance(rule, Linear):
                 return self._rewritten(table, rule.full(names.name), relations)
             if keeping is not None and isinstance(rule, Aggregate):
@@ -116,15 +125,63 @@ class Maintainer:
                 return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
             return self._stateful(table, rule, rule.state(names.name), relations)
 
-    def _rewritten(self, table: MaterializedTable, query: str, relations: Relations) -> Maintained:
+    def _rewritten(self, table: MaterializedTable, query: str, relations: Relations,
+                   keeping: Keeping | None = None) -> Maintained:
+        """`keeping`: the query's rows are tagged with their source partition, and written split by it."""
         started = time.monotonic()
-        with relations.query(shaped_sql(query, table.columns, table.identifier, table.query_columns)) as frame:
+        with relations.query(_shaped(table, query, keeping)) as frame:
             frame, rows = counting_rows(frame)
             version = self.storage.new_version(table)
-            self._write(table, frame, version)
+            if keeping is None:
+                self._write(table, frame, version)
+            else:
+                files = self.rows.write(table, frame, version)
         self.storage.files.mkdirs(version)      # an empty result may leave no folder at all
         published = self._publish(table, version, check=relations.verify)
-        return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group))
+        return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
+                          kept=None if keeping is None else KeptRows(keeping.source, keeping.provenance, files))
+
+    def _kept_rows(self, table: MaterializedTable, rule: Linear, changes: dict[str, SourceDelta],
+                   relations: Relations, keeping: Keeping, kept: KeptRows, retraction: Retraction | None) -> Maintained:
+        """A linear table that keeps its rows by source partition: the appended rows, or the rewritten
+        partitions' rows now in place of their rows before, written split by partition; an appended
+        partition's small files are rewritten into one when they grow past SMALL_FILES_KEPT."""
+        started, names = time.monotonic(), relations.names
+        dropped: set[str] = set()
+        if retraction is None:
+            appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED}
+            query = tagged_change(rule, keeping.provenance, appended, names.name)
+            reached = {partition_of(path, keeping.provenance.column) for path in changes[keeping.source].added}
+            only = next(iter(reached)) if appended == {keeping.source} and len(reached) == 1 else None
+        else:
+            only = retraction.partitions[0] if len(retraction.partitions) == 1 else None
+            occurrence, dropped = keeping.provenance.occurrence, set(retraction.partitions)
+            changed = relations.add("kept_changed", relations.source_files(rule.sources[occurrence], retraction.files))
+            query = tagged_rows(rule, keeping.provenance,
+                                lambda i: changed if i == occurrence else names.name(i, Version.NEW))
+        stages = [self.storage.new_version(table)]
+        try:
+            with relations.query(_shaped(table, query, keeping)) as frame:
+                if retraction is None and not rule.joins:    # an append's rows: a file per partition it reaches
+                    frame = frame.coalesce(files_for(sum(d.added_bytes for d in changes.values())))
+                frame, rows = counting_rows(frame)
+                written = [self.rows.write(table, frame, stages[0], only)]
+            if retraction is None and rows() == 0:
+                return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group),
+                                  delta_rows=relations.delta_rows(), kept=kept)
+            crowded = self.rows.crowded(table, kept, written[0]) if retraction is None else {}
+            if crowded:
+                stages.append(self.storage.new_version(table))
+                written.append(self.rows.write(table, self.rows.compacted(table, crowded), stages[1]))
+            location = table.storage.location.rstrip("/")
+            gone = {n for p in dropped for n in kept.files.get(p, ())} | {n for names in crowded.values() for n in names}
+            published = self._publish(table, extended(self.storage, table, stages, [f"{location}/{n}" for n in gone]))
+        finally:
+            for stage in stages:
+                self.storage.remove(stage)
+        return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
+                          delta_rows=relations.delta_rows(),
+                          kept=KeptRows(keeping.source, keeping.provenance, merged(kept.files, gone, *written)))
 
     def _scope(self, table: MaterializedTable, what: str) -> Relations:
         return Relations(self.spark, table, what)
@@ -256,3 +313,11 @@ class Maintainer:
             raise
         self.storage.written(version)
         return published
+
+
+def _shaped(table: MaterializedTable, query: str, keeping: Keeping | None) -> str:
+    """The query shaped as the table's columns; `keeping`: with the source partition last."""
+    if keeping is None:
+        return shaped_sql(query, table.columns, table.identifier, table.query_columns)
+    return shaped_sql(query, table.columns, table.identifier,
+                      [*table.query_columns, PARTITION] if table.query_columns else (), carried=[PARTITION])

@@ -13,15 +13,17 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.incremental.occurrences import Version
-from mt_magic.incremental.provenance import (PARTITION, appended_state, kept_state, merged_partitions, retracted,
-                                             subtracts)
+from mt_magic.config import SMALL_SOURCE_DEFAULT, SMALL_SOURCE_SIZE, parse_size
+from mt_magic.incremental.provenance import (PARTITION, SIGN, appended_state, kept_state, merged_partitions,
+                                             retracted, signed_state, subtracts)
 from mt_magic.incremental.rules import Aggregate
 from mt_magic.refresh.relations import Relations
-from mt_magic.refresh.provenance_state import FILES_KEPT, Keeping, Retraction, assemble, state_files
+from mt_magic.refresh.provenance_state import FILES_KEPT, Keeping, Retraction, assemble, keep_previous, state_files
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files
 from mt_magic.storage.manifests import KeptState, Manifest
@@ -38,6 +40,7 @@ class Staged:
     stage: str
     schema: str
     keeping: Keeping
+    previous: dict[str, tuple[str, ...]]    # the small sources' files read, kept beside the partials
     published: KeptState | None = None
     dropped: frozenset[str] = frozenset()
     kept: KeptState | None = None           # where they are, once placed
@@ -45,7 +48,8 @@ class Staged:
     def place(self, files: Files, version: str) -> None:
         """The staged partials moved into `version`, beside the published ones that still hold."""
         folder = assemble(files, self.published, version, self.stage, set(self.dropped))
-        self.kept = KeptState(self.keeping.source, self.keeping.provenance, folder, self.schema)
+        self.kept = KeptState(self.keeping.source, self.keeping.provenance, folder, self.schema,
+                              keep_previous(files, version, self.previous))
 
 
 class KeptPartials:
@@ -59,7 +63,7 @@ class KeptPartials:
         stage, schema = self._stage(table, relations, kept_state(rule, keeping.provenance,
                                                                  lambda i: names.name(i, Version.NEW)))
         added = relations.add("kept_added", self._read(relations, stage, schema))
-        return Staged(merged_partitions(rule, added), stage, schema.json(), keeping)
+        return Staged(merged_partitions(rule, added), stage, schema.json(), keeping, _small(table, rule, keeping, relations))
 
     def change(self, table: MaterializedTable, rule: Aggregate, keeping: Keeping, manifest: Manifest, old: str,
                appended: set[str], retraction: Retraction | None, relations: Relations) -> Staged:
@@ -67,6 +71,9 @@ class KeptPartials:
         partials before subtracted and their partials now added."""
         names, published = relations.names, manifest.kept
         by_partition = state_files(self.storage.files, published.folder)
+        previous = _small(table, rule, keeping, relations)
+        if retraction is not None and retraction.diffed:
+            return self._diffed(table, rule, keeping, old, published, retraction, relations, previous)
         if retraction is None:
             # Appended rows add a file to each partition they reach; a partition's files past FILES_KEPT
             # are merged into one as they are added to (the state does not grow with every append).
@@ -81,7 +88,7 @@ class KeptPartials:
             if not crowded:
                 columns = ", ".join(rule.state_columns)
                 both = f"(SELECT {columns} FROM {old} UNION ALL SELECT {columns} FROM {added}) AS both"
-                return Staged(merged_partitions(rule, both), stage, schema.json(), keeping, published)
+                return Staged(merged_partitions(rule, both), stage, schema.json(), keeping, previous, published)
             rewritten = crowded
         else:
             occurrence = keeping.provenance.occurrence
@@ -99,7 +106,24 @@ class KeptPartials:
             columns = ", ".join(rule.state_columns)
             state_sql = merged_partitions(
                 rule, f"(SELECT {columns} FROM {others} UNION ALL SELECT {columns} FROM {added}) AS partials")
-        return Staged(state_sql, stage, schema.json(), keeping, published, frozenset(rewritten))
+        return Staged(state_sql, stage, schema.json(), keeping, previous, published, frozenset(rewritten))
+
+    def _diffed(self, table: MaterializedTable, rule: Aggregate, keeping: Keeping, old: str, published: KeptState,
+                retraction: Retraction, relations: Relations, previous: dict[str, tuple[str, ...]]) -> Staged:
+        """A small source rewritten: the rows it gained and lost (its files now and its content kept,
+        diffed), weighed +1 and -1, joined with the others in one pass; their partials per source
+        partition are added to the partitions they reach as one more file each (partials are sums:
+        a partition's are what its files add up to), and to the state."""
+        source, names = retraction.source, relations.names
+        occurrence = rule.sources.index(source)
+        now = relations.source_files(source, retraction.files)
+        then = relations.source_files(source, tuple(sorted(self.storage.files.listing(published.previous[source]))))
+        changed = relations.add("kept_changed", now.exceptAll(then).withColumn(SIGN, F.lit(1)).unionByName(
+            then.exceptAll(now).withColumn(SIGN, F.lit(-1))))
+        reading = lambda i: changed if i == occurrence else names.name(i, Version.NEW)    # noqa: E731
+        stage, schema = self._stage(table, relations, signed_state(rule, keeping.provenance, reading, occurrence))
+        added = relations.add("kept_added", self._read(relations, stage, schema))
+        return Staged(retracted(rule, old, added, None), stage, schema.json(), keeping, previous, published)
 
     def _stage(self, table: MaterializedTable, relations: Relations, sql: str) -> tuple[str, T.StructType]:
         """The partials written to a new staging folder, by source partition; their schema but the
@@ -125,6 +149,15 @@ class KeptPartials:
         if partition:
             schema = T.StructType([T.StructField(PARTITION, T.StringType()), *schema.fields])
         return relations.files(FORMAT, schema, sorted(paths), (PARTITION,) if partition else ())
+
+
+def _small(table: MaterializedTable, rule: Aggregate, keeping: Keeping, relations: Relations) -> dict[str, tuple[str, ...]]:
+    """The sources besides the kept one whose content is kept too: read once, unpartitioned, at most
+    'refresh.small-source.max-size' (their files as this refresh read them)."""
+    limit = parse_size(table.options.get(SMALL_SOURCE_SIZE, SMALL_SOURCE_DEFAULT), SMALL_SOURCE_SIZE)
+    return {source: relations.changes[source].files for source in dict.fromkeys(rule.sources)
+            if source != keeping.source and rule.sources.count(source) == 1
+            and not relations.readings[source].partition_columns and relations.changes[source].total_bytes <= limit}
 
 
 def _in(by_partition: dict[str, Any], partitions: set[str]) -> list[str]:

@@ -6,7 +6,9 @@ readers of the table skip. A partition's folder text is the source's own (`ds=<t
 both are Spark's escaping of the same value as text). A new version links the published state's
 folders, drops the rewritten partitions' and moves the newly written ones in; a partition whose state
 files grow past `FILES_KEPT` (appends add one each) is merged into one file by the refresh that adds
-to it.
+to it. A small source joined with the kept one (a dimension) has its files as read linked beside, under
+`<version>/_previous/`: once it is rewritten, the rows it lost and gained are its content then and now
+diffed, and their partials are subtracted and added.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from mt_magic.storage.manifests import KeptState
 from mt_magic.storage.versions import same_path
 
 PROVENANCE_FOLDER = "_provenance"
+PREVIOUS_FOLDER = "_previous"
 FILES_KEPT = 8
 
 
@@ -38,10 +41,30 @@ class Retraction:
     source: str
     partitions: tuple[str, ...]
     files: tuple[str, ...]
+    diffed: bool = False        # a small source rewritten: its previous content diffed with its files now
 
     def describe(self) -> str:
+        if self.diffed:
+            return "its previous content diffed with its files now, the difference joined"
         count = len(self.partitions)
         return f"{count} partition{'s' if count != 1 else ''} of {self.source} retracted and read again"
+
+
+def keep_previous(files: Files, version: str, sources: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """Small sources' files as a refresh read them, linked beside the state (`<version>/_previous/<n>/`):
+    their content then, once they are rewritten. A source whose file is gone meanwhile keeps none."""
+    kept = {}
+    for index, (source, paths) in enumerate(sorted(sources.items())):
+        folder = f"{version}/{PREVIOUS_FOLDER}/{index}"
+        files.mkdirs(folder)
+        for number, path in enumerate(paths):
+            if not files.exists(path):
+                files.delete(folder)
+                break
+            files.link_tree(path, f"{folder}/{number:05d}-{path.rsplit('/', 1)[1]}")
+        else:
+            kept[source] = folder
+    return kept
 
 
 def partition_of(path: str, column: str) -> str:

@@ -45,6 +45,7 @@ class Relations:
         self.group = job_group(table)
         self.names = Names(self.nonce)
         self.readings: dict[str, Reading] = {}
+        self.changes: dict[str, SourceDelta] = {}
         self.verify: Callable[[], None] | None = None     # before the publish: what was read may be published
         self._scopes = ExitStack()
 
@@ -58,7 +59,7 @@ class Relations:
     def naming(self, sources: tuple[str, ...], changes: dict[str, SourceDelta], readings: dict[str, Reading],
                by_name: bool = False) -> Names:
         """`by_name`: the sources Spark reads as listed are read as they are now, by their names."""
-        names, self.readings = self.names, readings
+        names, self.readings, self.changes = self.names, readings, changes
         for index, source in enumerate(sources):
             if by_name and readings[source].as_listed:
                 names.tables[index] = ".".join(map(quote_identifier, source.split(".", 2)))

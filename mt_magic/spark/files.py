@@ -62,7 +62,7 @@ class Files:
         raise NotImplementedError
 
     def link_tree(self, source: str, target: str) -> None:
-        """The files under `source` also under `target`: hard links where the store has them."""
+        """The files under `source` (or the file) also under `target`: hard links where the store has them."""
         raise NotImplementedError
 
     def listing(self, path: str) -> Listing:
@@ -318,7 +318,10 @@ class LocalFiles(Files):
                 os.link(src, dst)
             except OSError:       # another device, or links not supported: a copy
                 shutil.copy2(src, dst)
-        shutil.copytree(self._local(source), self._local(target), copy_function=link)
+        if os.path.isdir(self._local(source)):
+            shutil.copytree(self._local(source), self._local(target), copy_function=link)
+        else:
+            link(self._local(source), self._local(target))
 
     def age(self, path: str) -> float | None:
         try:

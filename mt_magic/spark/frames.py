@@ -79,8 +79,9 @@ def files_frame(spark: Any, fmt: str, schema: Any, options: dict[str, str], file
 
 
 _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
-_listing_lock = threading.Lock()
-_listing_runs: dict[int, tuple[int, str | None]] = {}     # id(session) → (runs inside, setting before)
+_WRITERS_PER_TASK = "spark.sql.maxConcurrentOutputFileWriters"
+_settings_lock = threading.Lock()
+_settings_held: dict[tuple[int, str], tuple[int, str | None]] = {}   # (session, key) → (runs inside, before)
 
 
 @contextmanager
@@ -88,29 +89,45 @@ def listed_by_driver(spark: Any, files: Iterable[str]) -> Iterator[None]:
     """Reads of these files, inside, have their statuses fetched by the driver. Spark fetches more
     than 32 paths with a job of one task per path: 2.1-3.1 s for 480 small files on two cores, where
     the driver takes 0.13 s. Only where every file is on a local disk (an object store's statuses
-    are better fetched in parallel); the session's setting comes back when the last run inside ends
-    (runs of several tables overlap)."""
+    are better fetched in parallel)."""
     if not all(path.startswith("file:") for path in files):
         yield
         return
-    key = id(spark)
-    with _listing_lock:
-        inside, before = _listing_runs.get(key, (0, None))
+    with _held(spark, _LISTING_THRESHOLD, str(2**31 - 1)):
+        yield
+
+
+@contextmanager
+def unsorted_partition_writes(spark: Any) -> Iterator[None]:
+    """Writes split by a column, inside, keep a file open per value a task meets instead of sorting
+    the task's rows first (measured: a write split 60 ways took 2.5x an unsplit one sorted, 1.75x
+    so); past 64 values a task sorts the rest, as Spark does."""
+    with _held(spark, _WRITERS_PER_TASK, "64"):
+        yield
+
+
+@contextmanager
+def _held(spark: Any, key: str, value: str) -> Iterator[None]:
+    """A session setting for the runs inside; the session's own comes back when the last run inside
+    ends (runs of several tables overlap)."""
+    held = (id(spark), key)
+    with _settings_lock:
+        inside, before = _settings_held.get(held, (0, None))
         if not inside:
-            before = spark.conf.get(_LISTING_THRESHOLD, None)
-            spark.conf.set(_LISTING_THRESHOLD, str(2**31 - 1))
-        _listing_runs[key] = (inside + 1, before)
+            before = spark.conf.get(key, None)
+            spark.conf.set(key, value)
+        _settings_held[held] = (inside + 1, before)
     try:
         yield
     finally:
-        with _listing_lock:
-            inside, before = _listing_runs.pop(key)
+        with _settings_lock:
+            inside, before = _settings_held.pop(held)
             if inside > 1:
-                _listing_runs[key] = (inside - 1, before)
+                _settings_held[held] = (inside - 1, before)
             elif before is None:
-                spark.conf.unset(_LISTING_THRESHOLD)
+                spark.conf.unset(key)
             else:
-                spark.conf.set(_LISTING_THRESHOLD, before)
+                spark.conf.set(key, before)
 
 
 def _base(path: str, partition_columns: Sequence[str]) -> str | None:

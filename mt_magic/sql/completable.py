@@ -18,7 +18,7 @@ FORMATTER_KEY = "partition.fields.{}.date-formatter"
 # Table options (WITH) and the values they take; the date formatter is offered per partition column.
 TABLE_OPTIONS: dict[str, tuple[str, ...]] = {
     cfg.REFRESH_POLICY: cfg.REFRESH_POLICIES, "format": ("parquet", "orc", "json", "csv"),
-    "connector": ("filesystem",), "path": (),
+    "connector": ("filesystem",), "path": (), cfg.SMALL_SOURCE_SIZE: (cfg.SMALL_SOURCE_DEFAULT,),
 }
 DATE_PATTERNS = ("yyyy-MM-dd", "yyyyMMdd", "yyyy-MM-dd HH", "yyyyMMddHH")
 _CLAUSES = {"SELECT", "FROM", "JOIN", "WHERE", "GROUP", "ORDER", "HAVING", "ON", "QUALIFY", "BY", "AS", "WITH",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -40,17 +40,11 @@ class KeptState:
     provenance: Provenance
     folder: str
     schema: str             # the state's columns but the partition (JSON)
+    previous: dict[str, str] = field(default_factory=dict)   # a small source → its content then (a folder)
 
     def document(self) -> dict[str, Any]:
         return {"source": self.source, "occurrence": self.provenance.occurrence, "column": self.provenance.column,
-                "folder": self.folder, "schema": self.schema}
-
-    @staticmethod
-    def read(document: dict[str, Any] | None) -> KeptState | None:
-        if not document:
-            return None
-        return KeptState(document["source"], Provenance(int(document["occurrence"]), document["column"]),
-                         document["folder"], document["schema"])
+                "folder": self.folder, "schema": self.schema, "previous": self.previous}
 
     def fits(self, source: str, provenance: Provenance, columns: list[str]) -> bool:
         """Kept for this source and column, with the columns the rule's state has now."""
@@ -59,12 +53,42 @@ class KeptState:
 
 
 @dataclass(frozen=True)
+class KeptRows:
+    """What the manifest records of a linear table's rows by source partition: the names of the data
+    files (in the version's folder) each partition's rows are in, no file holding two partitions'."""
+
+    source: str
+    provenance: Provenance
+    files: dict[str, tuple[str, ...]]
+
+    def document(self) -> dict[str, Any]:
+        return {"source": self.source, "occurrence": self.provenance.occurrence, "column": self.provenance.column,
+                "files": {partition: list(names) for partition, names in sorted(self.files.items())}}
+
+    def fits(self, source: str, provenance: Provenance) -> bool:
+        return (self.source, self.provenance) == (source, provenance)
+
+
+def read_kept(document: dict[str, Any] | None) -> KeptState | KeptRows | None:
+    """The provenance a manifest records, of either kind."""
+    if not document:
+        return None
+    provenance = Provenance(int(document["occurrence"]), document["column"])
+    if "files" in document:
+        return KeptRows(document["source"], provenance,
+                        {partition: tuple(names) for partition, names in document["files"].items()})
+    return KeptState(document["source"], provenance, document["folder"], document["schema"],
+                     dict(document.get("previous") or {}))
+
+
+@dataclass(frozen=True)
 class Manifest:
     listings: dict[str, Listing | None]     # per source, the files the published data read
     state: str | None = None                # the hidden state's folder
     state_schema: str | None = None         # its schema (JSON), read without asking the files
     state_format: str = "parquet"           # the format its files are written in
-    kept: KeptState | None = None           # an aggregate's partials per source partition
+    kept: KeptState | KeptRows | None = None    # an aggregate's partials, or a linear table's rows, by
+    # source partition
 
     @cached_property
     def state_fields(self) -> tuple[dict, ...]:
@@ -126,7 +150,7 @@ class Manifests:
         return Manifest({source: None if files is None else {p: (int(f[0]), int(f[1])) for p, f in files.items()}
                          for source, files in document["sources"].items()},
                         document.get("state"), document.get("state_schema"),
-                        document.get("state_format", "parquet"), KeptState.read(document.get("provenance")))
+                        document.get("state_format", "parquet"), read_kept(document.get("provenance")))
 
     def keep_only(self, root: str, snapshot: dict[str, dict]) -> None:
         """Every manifest but the snapshot's, deleted (the record no longer names them)."""

@@ -163,7 +163,8 @@ class Definitions(Family):
 
 
 def refresh_policy(options: Mapping[str, str]) -> str:
-    """The table's 'refresh.policy', checked."""
+    """The table's 'refresh.policy', checked (and the size of a small source, beside it)."""
+    cfg.parse_size(options.get(cfg.SMALL_SOURCE_SIZE, cfg.SMALL_SOURCE_DEFAULT), cfg.SMALL_SOURCE_SIZE)
     policy = options.get(cfg.REFRESH_POLICY, "auto")
     if policy not in cfg.REFRESH_POLICIES:
         raise ValidationError(f"Option '{cfg.REFRESH_POLICY}' = '{policy}' is not one of "
