@@ -177,6 +177,8 @@ def test_sigkill_in_an_incremental_refresh_leaves_state_and_data_that_agree(spar
         spark.sql("INSERT OVERWRITE src PARTITION (ds = 'a') VALUES (1, 0.5), (3, 4.0)")
     else:
         spark.sql("INSERT INTO src VALUES (1, 0.5), (3, 4.0)")
+    if layout == "linear":       # two days: the filter's rows are written split by day, then moved up
+        spark.sql("INSERT OVERWRITE src PARTITION (ds = 'b') VALUES (2, 5.0)")
     before = table_rows(spark, "mt")
 
     run_until_killed(tmp_path, "kill_incremental.py", store_path, f"file:{source}", str(tmp_path / "wh2"), db, point,
