@@ -169,10 +169,11 @@ class Maintainer:
             if retraction is None and rows() == 0:
                 return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group),
                                   delta_rows=relations.delta_rows(), kept=kept)
-            crowded = self.rows.crowded(table, kept, written[0]) if retraction is None else {}
+            listing = self.storage.published_files(table) if retraction is None else {}
+            crowded = self.rows.crowded(listing, kept, written[0]) if retraction is None else {}
             if crowded:
                 stages.append(self.storage.new_version(table))
-                written.append(self.rows.write(table, self.rows.compacted(table, crowded), stages[1]))
+                written.append(self.rows.write(table, self.rows.compacted(table, crowded, listing), stages[1]))
             location = table.storage.location.rstrip("/")
             gone = {n for p in dropped for n in kept.files.get(p, ())} | {n for names in crowded.values() for n in names}
             published = self._publish(table, extended(self.storage, table, stages, [f"{location}/{n}" for n in gone]))

@@ -22,6 +22,7 @@ from mt_magic.refresh.choice import table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S
 from mt_magic.refresh.provenance_state import partitions
 from mt_magic.spark.errors import spark_call
+from mt_magic.spark.files import Listing
 from mt_magic.spark.frames import files_frame, listed_by_driver, unsorted_partition_writes
 from mt_magic.storage.compaction import SMALL_FILE_BYTES, SMALL_FILES_KEPT, files_for
 from mt_magic.storage.formats import data_source_options, folder_writer
@@ -67,12 +68,12 @@ class RowsByPartition:
             written[partition] = tuple(names)
         return written
 
-    def crowded(self, table: MaterializedTable, kept: KeptRows, appended: Files) -> Files:
+    def crowded(self, listing: Listing, kept: KeptRows, appended: Files) -> Files:
         """The partitions whose published small files an append rewrites into one: an appended partition
         holding more than SMALL_FILES_KEPT, and — once the table holds more small files than four a
         partition (and SMALL_FILES_KEPT) — every partition holding two or more. A table's files then
         stay bounded by its source's partitions, not by the refreshes that ran."""
-        sizes = {path.rsplit("/", 1)[1]: facts[0] for path, facts in self.storage.published_files(table).items()}
+        sizes = {path.rsplit("/", 1)[1]: facts[0] for path, facts in listing.items()}
         small = {partition: tuple(n for n in names if sizes.get(n, 0) < SMALL_FILE_BYTES)
                  for partition, names in kept.files.items()}
         count = sum(map(len, small.values())) + sum(map(len, appended.values()))
@@ -81,7 +82,7 @@ class RowsByPartition:
         return {partition: small[partition] for partition in appended
                 if len(small.get(partition, ())) + len(appended[partition]) > SMALL_FILES_KEPT}
 
-    def compacted(self, table: MaterializedTable, crowded: Files) -> Any:
+    def compacted(self, table: MaterializedTable, crowded: Files, listing: Listing) -> Any:
         """The rows of the crowded partitions' files, each with its partition (by the file it is read
         from), in as few files as they need."""
         reading = table_reading(table)
@@ -92,8 +93,7 @@ class RowsByPartition:
             frame = files_frame(self.spark, reading.format, reading.schema, reading.options, paths, ())
         lookup = F.create_map(*[F.lit(value) for pair in sorted(partition_of.items()) for value in pair])
         frame = frame.withColumn(PARTITION, F.element_at(lookup, F.regexp_extract(F.input_file_name(), "[^/]*$", 0)))
-        sizes = self.storage.published_files(table)
-        return frame.coalesce(files_for(sum(facts[0] for path, facts in sizes.items()
+        return frame.coalesce(files_for(sum(facts[0] for path, facts in listing.items()
                                             if path.rsplit("/", 1)[1] in partition_of)))
 
 
