@@ -220,52 +220,60 @@ def test_a_reprocessed_day_is_retracted_and_a_source_mostly_rewritten_is_recompu
         assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect())
 
 
-def test_a_corrected_dimension_is_diffed_with_the_content_the_table_kept(spark, gw):
-    """An aggregate over a day-partitioned fact table joined with a small dimension keeps the
-    dimension's content beside its partials: the dimension rewritten with rows changed, gone and new
-    (duplicates and a NULL key among them) is refreshed incrementally from the difference, and equals
-    the query; a MIN or a DECIMAL sum over it, or a dimension above 'refresh.small-source.max-size',
-    recomputes."""
+def test_a_corrected_dimension_is_joined_again_with_the_partials_kept_or_diffed(spark, gw):
+    """An aggregate over a day-partitioned fact table joined with a small dimension. Where its aggregates
+    read the fact table alone, its partials are kept below the join (by day and join key; a filter over
+    the facts applied below): the dimension rewritten with rows changed, gone and new (duplicates and a
+    NULL key among them) is joined with them again, the facts not read. Where they read the dimension
+    too, its content is kept beside the partials and the rewrite is diffed; a MAX or a DECIMAL sum over
+    it, or a dimension above 'refresh.small-source.max-size', recomputes. Each equals its query."""
     spark.sql("CREATE TABLE facts (k INT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("INSERT INTO facts SELECT CAST(id % 9 AS INT), CAST(id % 5 AS DOUBLE), concat('d', CAST(id % 4 AS STRING)) "
               "FROM range(400)")
     spark.sql("INSERT INTO facts VALUES (NULL, 1.0, 'd1')")
-    spark.sql("CREATE TABLE dims (k INT, region STRING) USING parquet")
-    spark.sql("INSERT INTO dims VALUES (0, 'a'), (1, 'a'), (2, 'b'), (3, 'b'), (4, 'c'), (5, 'c'), (NULL, 'a')")
-    queries = {"by_region": "SELECT d.region, SUM(f.v) AS s, COUNT(*) AS n FROM facts f JOIN dims d ON f.k = d.k "
-                            "GROUP BY d.region",
-               "lowest": "SELECT d.region, MIN(f.v) AS lo FROM facts f JOIN dims d ON f.k = d.k GROUP BY d.region",
-               "costs": "SELECT d.region, SUM(CAST(f.v AS DECIMAL(10, 2))) AS c FROM facts f JOIN dims d ON f.k = d.k "
-                        "GROUP BY d.region"}
-    recomputed = {"lowest": "a MIN or MAX over it is recomputed", "costs": "a DECIMAL sum over it is recomputed"}
+    spark.sql("CREATE TABLE dims (k INT, region STRING, w INT) USING parquet")
+    spark.sql("INSERT INTO dims VALUES (0, 'a', 1), (1, 'a', 2), (2, 'b', 3), (3, 'b', 1), (4, 'c', 2), (5, 'c', 5), "
+              "(NULL, 'a', 1)")
+    joined = "FROM facts f JOIN dims d ON f.k = d.k"
+    queries = {"by_region": f"SELECT d.region, SUM(f.v) AS s, COUNT(*) AS n {joined} WHERE f.v > 0 GROUP BY d.region",
+               "lowest": f"SELECT d.region, MIN(f.v) AS lo, AVG(f.v) AS mean {joined} GROUP BY d.region",
+               "weighted": f"SELECT d.region, SUM(f.v * d.w) AS s, COUNT(*) AS n {joined} GROUP BY d.region",
+               "heaviest": f"SELECT d.region, MAX(f.v + d.w) AS hi {joined} GROUP BY d.region",
+               "costs": f"SELECT d.region, SUM(CAST(f.v * d.w AS DECIMAL(10, 2))) AS c {joined} GROUP BY d.region"}
+    dims = f"spark_catalog.{spark.catalog.currentDatabase()}.dims"
+    facts = f"spark_catalog.{spark.catalog.currentDatabase()}.facts"
+    rewritten = r"rewritten: \d+ files? removed, \d+ written \(\d+ bytes\); "
+    incremental = {"by_region": f"its files now joined with the partials kept of {facts} (whose rows are not read)",
+                   "weighted": "its previous content diffed with its files now, the difference joined"}
+    incremental["lowest"] = incremental["by_region"]
+    recomputed = {"heaviest": "a MIN or MAX over it is recomputed", "costs": "a DECIMAL sum over it is recomputed"}
     for name, query in queries.items():
         gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
-    dims = f"spark_catalog.{spark.catalog.currentDatabase()}.dims"
-    corrections = ["INSERT OVERWRITE dims VALUES (0, 'a'), (1, 'c'), (2, 'b'), (2, 'b'), (6, 'd'), (NULL, 'b')",
-                   "INSERT OVERWRITE dims VALUES (1, 'c'), (2, 'a'), (7, 'd'), (8, 'e')"]
+    corrections = ["INSERT OVERWRITE dims VALUES (0, 'a', 1), (1, 'c', 2), (2, 'b', 3), (2, 'b', 3), (6, 'd', 4), "
+                   "(NULL, 'b', 1)",
+                   "INSERT OVERWRITE dims VALUES (1, 'c', 2), (2, 'a', 7), (7, 'd', 1), (8, 'e', 2)"]
     for step, correction in enumerate(corrections):
         spark.sql(correction)
         for name, query in queries.items():
             gw.refresh(name, schedule_time=f"2030-01-0{step + 1} 00:00:00")
             entry = gw.history(name, limit=1)[0]
-            if name == "by_region":
+            if name in incremental:
                 assert entry["technique"] == "incremental", entry
-                assert re.fullmatch(r"rewritten: \d+ files? removed, \d+ written \(\d+ bytes\); its previous content "
-                                    r"diffed with its files now, the difference joined", entry["sources"][dims]), entry
+                assert re.fullmatch(rewritten + re.escape(incremental[name]), entry["sources"][dims]), entry
             else:
                 assert (entry["technique"], entry["reason"]) == ("full", f"{dims} was rewritten ({recomputed[name]})"), \
                     entry
             assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect()), name
     spark.sql("INSERT INTO facts VALUES (1, 2.0, 'd2')")       # appended: the content kept goes on
-    gw.refresh("by_region", schedule_time="2030-01-05 00:00:00")
-    gw.execute("ALTER MATERIALIZED TABLE by_region SET ('refresh.small-source.max-size' = '10 b')")
+    gw.refresh("weighted", schedule_time="2030-01-05 00:00:00")
+    gw.execute("ALTER MATERIALIZED TABLE weighted SET ('refresh.small-source.max-size' = '10 b')")
     spark.sql("INSERT INTO facts VALUES (2, 2.0, 'd2')")       # refreshed keeping no content of the dimension
-    gw.refresh("by_region", schedule_time="2030-01-06 00:00:00")
+    gw.refresh("weighted", schedule_time="2030-01-06 00:00:00")
     spark.sql(corrections[0])
-    gw.refresh("by_region", schedule_time="2030-01-07 00:00:00")
-    entry = gw.history("by_region", limit=1)[0]
+    gw.refresh("weighted", schedule_time="2030-01-07 00:00:00")
+    entry = gw.history("weighted", limit=1)[0]
     assert (entry["technique"], entry["reason"]) == ("full", f"{dims} was rewritten"), entry
-    assert _multiset(spark.table("by_region").collect()) == _multiset(spark.sql(queries["by_region"]).collect())
+    assert _multiset(spark.table("weighted").collect()) == _multiset(spark.sql(queries["weighted"]).collect())
 
 
 def test_a_refresh_chooses_by_its_own_snapshot_while_another_table_over_the_source_refreshes(spark, gw):

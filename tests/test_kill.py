@@ -154,12 +154,13 @@ def test_a_write_killed_inside_the_store_leaves_no_temporary_file_for_long(spark
     ("state-written", " HAVING COUNT(*) > 0", ""), ("state-moved", " HAVING COUNT(*) > 0", ""),     # a state apart
     # a day of a partitioned source rewritten: its partials retracted, the partials kept per day staged
     ("state-written", "", "partitioned"), ("partials-moved", "", "partitioned"), ("manifest", "", "partitioned"),
+    ("partials-moved", "", "below"),        # joined with a dimension: its partials kept below the join
     # the same for a filter: its rows kept by day, the rewritten day's files replaced
     ("flattened", "", "linear"), ("published", "", "linear")])
 def test_sigkill_in_an_incremental_refresh_leaves_state_and_data_that_agree(spark, db, tmp_path, store_path,
                                                                             point, having, layout):
     source = str(tmp_path / "src")
-    partitioned = layout in ("partitioned", "linear")
+    partitioned = layout in ("partitioned", "linear", "below")
     spark.sql(f"CREATE TABLE src (k INT, amount DOUBLE{', ds STRING' if partitioned else ''}) USING parquet "
               f"{'PARTITIONED BY (ds) ' if partitioned else ''}LOCATION '{source}'")
 
@@ -169,6 +170,11 @@ def test_sigkill_in_an_incremental_refresh_leaves_state_and_data_that_agree(spar
     spark.sql(f"INSERT INTO src VALUES {values((1, 1.0, 'a'), (2, 2.0, 'b'), ('NULL', 3.0, 'a'))}")
     query = "SELECT k, amount * 2 AS a2, ds FROM src WHERE amount > 0" if layout == "linear" else \
         f"SELECT k, COUNT(*) AS n, SUM(amount) AS total, MIN(amount) AS lo FROM src GROUP BY k{having}"
+    if layout == "below":
+        spark.sql(f"CREATE TABLE dm (k INT, region STRING) USING parquet LOCATION '{source}_dim'")
+        spark.sql("INSERT INTO dm VALUES (1, 'x'), (2, 'y'), (3, 'x'), (4, 'z')")
+        query = "SELECT d.region, COUNT(*) AS n, SUM(s.amount) AS total, MIN(s.amount) AS lo FROM src s JOIN dm d " \
+                "ON s.k = d.k GROUP BY d.region"
     gateway = Gateway(spark, catalog_store=store_path)
     gateway.execute(f"CREATE MATERIALIZED TABLE mt WITH ('refresh.policy' = 'incremental') FRESHNESS = INTERVAL '1' DAY "
                     f"REFRESH_MODE = FULL AS {query}")     # a tiny day is most of the source: auto would recompute
@@ -191,6 +197,8 @@ def test_sigkill_in_an_incremental_refresh_leaves_state_and_data_that_agree(spar
                    f"INSERT INTO src VALUES {values((1, -1.0, 'a'))}"]
         if partitioned:        # a day rewritten again: retracted from the partials the restarted refreshes keep
             changes.append("INSERT OVERWRITE src PARTITION (ds = 'b') VALUES (2, 7.0)")
+        if layout == "below":  # the dimension rewritten: joined again with the partials kept
+            changes.append("INSERT OVERWRITE dm VALUES (1, 'y'), (2, 'y'), (4, 'x')")
         for change in changes:        # the next refreshes build on what was left
             spark.sql(change)
             restarted.execute("ALTER MATERIALIZED TABLE mt REFRESH")

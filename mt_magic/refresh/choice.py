@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.config import REFRESH_POLICY
 from mt_magic.errors import MaterializedTableError
+from mt_magic.incremental.below_join import kept_columns
 from mt_magic.incremental.cost import Estimate, SourceBytes, estimate
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
@@ -280,7 +281,7 @@ def _fits(rule: Rule, manifest: Manifest, keeping: Keeping | None) -> bool:
     if columns != rule.state_columns:
         return False
     return keeping is None or isinstance(manifest.kept, KeptState) and \
-        manifest.kept.fits(keeping.source, keeping.provenance, rule.state_columns)
+        manifest.kept.fits(keeping.source, keeping.provenance, kept_columns(rule, keeping.provenance.occurrence))
 
 
 def table_reading(table: MaterializedTable) -> Reading:

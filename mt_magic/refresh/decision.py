@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from mt_magic.catalog.history import Technique, Trigger
 from mt_magic.catalog.model import MaterializedTable, Target
 from mt_magic.config import REFRESH_POLICY
+from mt_magic.incremental.below_join import below
 from mt_magic.incremental.cost import Estimate
 from mt_magic.incremental.provenance import subtracts
 from mt_magic.incremental.rules import Aggregate, Recompute, Rule
 from mt_magic.refresh.changes import (Change, Relative, Snapshot, SourceChange, SourceDelta, compare, deltas,
                                       volatile)
 from mt_magic.refresh.choice import STATEFUL, Choice, Known, Reading
-from mt_magic.refresh.provenance_state import Keeping, Retraction, changed_partitions, partition_of
+from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, changed_partitions, partition_of
 from mt_magic.spark.files import Listing
 from mt_magic.storage.manifests import KeptState, Manifest
 
@@ -145,16 +146,19 @@ def retracting(situation: Situation, source: str) -> Retraction | str:
 
 
 def _diffed(situation: Situation, source: str, now: Listing) -> Retraction | str:
-    """A small source rewritten is diffed with the content the state kept of it, where its partials
-    subtract (a MIN or MAX over it is recomputed)."""
+    """Another source rewritten: partials kept below the joins are joined with it again; else a small
+    source is diffed with the content the state kept of it, where its partials subtract (a MIN or MAX
+    over it is recomputed)."""
     kept, rule = situation.manifest.kept, situation.known.rule
+    if isinstance(kept, KeptState) and isinstance(rule, Aggregate) and below(rule, kept.provenance.occurrence):
+        return Retraction(source, (), tuple(sorted(now)), Way.REJOINED, kept.source)
     if not isinstance(kept, KeptState) or source not in kept.previous:
         return f"{source} was rewritten"
     if not isinstance(rule, Aggregate) or not subtracts(rule):
         return f"{source} was rewritten (a MIN or MAX over it is recomputed)"
     if '"decimal' in kept.schema:      # a weighed partial's DECIMAL type is not the kept one's
         return f"{source} was rewritten (a DECIMAL sum over it is recomputed)"
-    return Retraction(source, (), tuple(sorted(now)), diffed=True)
+    return Retraction(source, (), tuple(sorted(now)), Way.DIFFED)
 
 
 def choose(situation: Situation, rebuild: bool = False) -> Choice:

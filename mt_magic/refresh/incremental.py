@@ -233,7 +233,7 @@ class Maintainer:
         try:
             return self._state_and_data(table, rule, state_sql, relations, touched, staged)
         finally:
-            if staged is not None:
+            if staged is not None and staged.stage is not None:
                 self.storage.remove(staged.stage)
 
     def _state_and_data(self, table: MaterializedTable, rule: Stateful, state_sql: str, relations: Relations,

@@ -17,13 +17,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mt_magic.catalog.model import MaterializedTable
+from mt_magic.incremental.below_join import below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.config import SMALL_SOURCE_DEFAULT, SMALL_SOURCE_SIZE, parse_size
 from mt_magic.incremental.provenance import (PARTITION, SIGN, appended_state, kept_state, merged_partitions,
                                              retracted, signed_state, subtracts)
 from mt_magic.incremental.rules import Aggregate
 from mt_magic.refresh.relations import Relations
-from mt_magic.refresh.provenance_state import FILES_KEPT, Keeping, Retraction, assemble, keep_previous, state_files
+from mt_magic.refresh.kept_below import KeptBelow
+from mt_magic.refresh.provenance_state import (FILES_KEPT, Keeping, Retraction, Way, assemble, keep_previous,
+                                             state_files)
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files
 from mt_magic.storage.manifests import KeptState, Manifest
@@ -37,7 +40,7 @@ class Staged:
     """Partials written to `stage`, and the table's state by group to compute with them."""
 
     state_sql: str
-    stage: str
+    stage: str | None       # None: no partials written (the kept ones all stay)
     schema: str
     keeping: Keeping
     previous: dict[str, tuple[str, ...]]    # the small sources' files read, kept beside the partials
@@ -56,13 +59,17 @@ class KeptPartials:
     def __init__(self, spark: Any, storage: TableStorage) -> None:
         self.spark = spark
         self.storage = storage
+        self.below = KeptBelow(self)
 
     def whole(self, table: MaterializedTable, rule: Aggregate, keeping: Keeping, relations: Relations) -> Staged:
         """A recompute: the whole input's partials, and the state merged from them."""
+        kept = below(rule, keeping.provenance.occurrence)
+        if kept is not None:
+            return Staged(*self.below.whole(table, rule, kept, keeping, relations), keeping, {})
         names = relations.names
-        stage, schema = self._stage(table, relations, kept_state(rule, keeping.provenance,
+        stage, schema = self.stage(table, relations, kept_state(rule, keeping.provenance,
                                                                  lambda i: names.name(i, Version.NEW)))
-        added = relations.add("kept_added", self._read(relations, stage, schema))
+        added = relations.add("kept_added", self.read(relations, stage, schema))
         return Staged(merged_partitions(rule, added), stage, schema.json(), keeping, _small(table, rule, keeping, relations))
 
     def change(self, table: MaterializedTable, rule: Aggregate, keeping: Keeping, manifest: Manifest, old: str,
@@ -70,9 +77,14 @@ class KeptPartials:
         """The state after the change: appended rows' partials added, or the rewritten partitions'
         partials before subtracted and their partials now added."""
         names, published = relations.names, manifest.kept
+        kept = below(rule, keeping.provenance.occurrence)
+        if kept is not None:
+            state_sql, stage, schema, dropped = self.below.change(table, rule, kept, keeping, manifest, old, appended,
+                                                                  retraction, relations)
+            return Staged(state_sql, stage, schema, keeping, {}, published, frozenset(dropped))
         by_partition = state_files(self.storage.files, published.folder)
         previous = _small(table, rule, keeping, relations)
-        if retraction is not None and retraction.diffed:
+        if retraction is not None and retraction.way is Way.DIFFED:
             return self._diffed(table, rule, keeping, old, published, retraction, relations, previous)
         if retraction is None:
             # Appended rows add a file to each partition they reach; a partition's files past FILES_KEPT
@@ -81,10 +93,10 @@ class KeptPartials:
             merging = None
             if crowded:
                 merging = relations.add("kept_crowded",
-                                        self._files(relations, published, _in(by_partition, crowded), partition=True))
-            stage, schema = self._stage(table, relations, appended_state(rule, keeping.provenance, appended,
+                                        self.kept_files(relations, published.schema, _in(by_partition, crowded), partition=True))
+            stage, schema = self.stage(table, relations, appended_state(rule, keeping.provenance, appended,
                                                                          names.name, merging))
-            added = relations.add("kept_added", self._read(relations, stage, schema))
+            added = relations.add("kept_added", self.read(relations, stage, schema))
             if not crowded:
                 columns = ", ".join(rule.state_columns)
                 both = f"(SELECT {columns} FROM {old} UNION ALL SELECT {columns} FROM {added}) AS both"
@@ -94,14 +106,14 @@ class KeptPartials:
             occurrence = keeping.provenance.occurrence
             changed = relations.add("kept_changed", relations.source_files(rule.sources[occurrence], retraction.files))
             reading = lambda i: changed if i == occurrence else names.name(i, Version.NEW)      # noqa: E731
-            stage, schema = self._stage(table, relations, kept_state(rule, keeping.provenance, reading))
-            added = relations.add("kept_added", self._read(relations, stage, schema))
+            stage, schema = self.stage(table, relations, kept_state(rule, keeping.provenance, reading))
+            added = relations.add("kept_added", self.read(relations, stage, schema))
             rewritten = set(retraction.partitions)
         if subtracts(rule):
-            removed = relations.add("kept_removed", self._files(relations, published, _in(by_partition, rewritten)))
+            removed = relations.add("kept_removed", self.kept_files(relations, published.schema, _in(by_partition, rewritten)))
             state_sql = retracted(rule, old, added, removed)
         else:
-            others = relations.add("kept_others", self._files(relations, published,
+            others = relations.add("kept_others", self.kept_files(relations, published.schema,
                                                               _in(by_partition, set(by_partition) - rewritten)))
             columns = ", ".join(rule.state_columns)
             state_sql = merged_partitions(
@@ -121,11 +133,11 @@ class KeptPartials:
         changed = relations.add("kept_changed", now.exceptAll(then).withColumn(SIGN, F.lit(1)).unionByName(
             then.exceptAll(now).withColumn(SIGN, F.lit(-1))))
         reading = lambda i: changed if i == occurrence else names.name(i, Version.NEW)    # noqa: E731
-        stage, schema = self._stage(table, relations, signed_state(rule, keeping.provenance, reading, occurrence))
-        added = relations.add("kept_added", self._read(relations, stage, schema))
+        stage, schema = self.stage(table, relations, signed_state(rule, keeping.provenance, reading, occurrence))
+        added = relations.add("kept_added", self.read(relations, stage, schema))
         return Staged(retracted(rule, old, added, None), stage, schema.json(), keeping, previous, published)
 
-    def _stage(self, table: MaterializedTable, relations: Relations, sql: str) -> tuple[str, T.StructType]:
+    def stage(self, table: MaterializedTable, relations: Relations, sql: str) -> tuple[str, T.StructType]:
         """The partials written to a new staging folder, by source partition; their schema but the
         partition column."""
         stage = self.storage.new_version(table)
@@ -139,13 +151,13 @@ class KeptPartials:
             raise
         return stage, T.StructType([f for f in schema.fields if f.name != PARTITION])
 
-    def _read(self, relations: Relations, stage: str, schema: T.StructType) -> Any:
+    def read(self, relations: Relations, stage: str, schema: T.StructType) -> Any:
         return relations.files(FORMAT, schema, sorted(self.storage.files.listing(stage)))
 
     @staticmethod
-    def _files(relations: Relations, kept: KeptState, paths: list[str], partition: bool = False) -> Any:
+    def kept_files(relations: Relations, kept_schema: str, paths: list[str], partition: bool = False) -> Any:
         """Kept partials; `partition`: with the partition each came from."""
-        schema = _schema(kept.schema)
+        schema = _schema(kept_schema)
         if partition:
             schema = T.StructType([T.StructField(PARTITION, T.StringType()), *schema.fields])
         return relations.files(FORMAT, schema, sorted(paths), (PARTITION,) if partition else ())

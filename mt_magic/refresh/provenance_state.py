@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 
 from mt_magic.incremental.provenance import PARTITION, Provenance
 from mt_magic.spark.files import Files, Listing
@@ -34,18 +35,30 @@ class Keeping:
     provenance: Provenance
 
 
+class Way(Enum):
+    """How a rewritten source's rows are taken out of the state."""
+
+    PARTITIONS = "partitions"   # the kept source's: its rewritten partitions' partials out, their files now in
+    DIFFED = "diffed"           # a small source's: its content kept diffed with its files now, the difference joined
+    REJOINED = "rejoined"       # another source's: the partials kept below the joins joined with it again
+
+
 @dataclass(frozen=True)
 class Retraction:
-    """The partitions of the kept source a refresh retracts and computes again, and their files now."""
+    """The partitions of the kept source a refresh retracts and computes again, and their files now
+    (another source's: its files now)."""
 
     source: str
     partitions: tuple[str, ...]
     files: tuple[str, ...]
-    diffed: bool = False        # a small source rewritten: its previous content diffed with its files now
+    way: Way = Way.PARTITIONS
+    kept_by: str = ""           # REJOINED: the source whose partials are kept below the joins
 
     def describe(self) -> str:
-        if self.diffed:
+        if self.way is Way.DIFFED:
             return "its previous content diffed with its files now, the difference joined"
+        if self.way is Way.REJOINED:
+            return f"its files now joined with the partials kept of {self.kept_by} (whose rows are not read)"
         count = len(self.partitions)
         return f"{count} partition{'s' if count != 1 else ''} of {self.source} retracted and read again"
 
