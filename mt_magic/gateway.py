@@ -220,7 +220,8 @@ class Gateway:
         """Refreshes newest first (of one table, or of all): table, trigger, schedule_time, started,
         finished, outcome, rows, partitions, error, technique and reason, what each source did, what
         'auto' weighed (estimate), the rows and bytes an incremental refresh read of the appended files
-        (delta_rows, delta_bytes) and the runner (host, pid, application id)."""
+        (delta_rows, delta_bytes), the Spark jobs it ran and the seconds of its phases (decide, run,
+        record), and the runner (host, pid, application id)."""
         identifier = ".".join(self._ws.identifier(self._ws.name(name))) if name else None
         return self.pipelines.history(identifier, limit)
 

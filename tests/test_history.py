@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+from datetime import datetime
 
 import pytest
 
 from mt_magic import Gateway, MaterializedTableError
+from mt_magic.notebook.dashboard import Dashboard, run_for_dashboard
+from mt_magic.spark.kind import is_connect
 
 
 def test_refreshes_are_recorded_newest_first_and_survive_a_new_gateway(spark, gw, sales, store_path, db):
@@ -40,3 +44,32 @@ def test_refreshes_are_recorded_newest_first_and_survive_a_new_gateway(spark, gw
         assert again.history("other") == []
     finally:
         again.close()
+
+
+def test_a_refresh_says_its_spark_jobs_and_the_time_of_each_phase(spark, gw, sales):
+    """What a refresh did, beside what it decided: the Spark jobs of its job group (a classic session
+    counts them; a Spark Connect client is not told them) and the seconds it spent deciding, running
+    and recording — in the history, mt_refresh_history, DESCRIBE EXTENDED's last refresh and the
+    dashboard's chart."""
+
+    gw.execute("CREATE MATERIALIZED TABLE totals FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL "
+               "AS SELECT product_id, SUM(amount) AS total FROM sales GROUP BY product_id")
+    spark.sql("INSERT INTO sales VALUES ('2024-01-02', 3, 1.0)")
+    gw.execute("ALTER MATERIALIZED TABLE totals REFRESH")
+    entry = gw.history("totals", limit=1)[0]
+    assert entry["technique"] == "incremental", entry
+    phases = entry["phases"]
+    assert set(phases) == {"decide", "run", "record"} and all(s >= 0 for s in phases.values()), entry
+    took = (datetime.fromisoformat(entry["finished"]) - datetime.fromisoformat(entry["started"])).total_seconds()
+    assert phases["run"] > 0 and sum(phases.values()) <= took + 0.01, entry
+    if is_connect(spark):
+        assert entry["jobs"] is None
+    else:
+        assert entry["jobs"] >= 1, entry      # at least the write of its new version
+    (row,) = spark.sql("SELECT jobs, phases FROM mt_refresh_history('totals') LIMIT 1").collect()
+    assert (row.jobs, json.loads(row.phases)) == (entry["jobs"], phases)
+    described = {r[0]: r[1] for r in gw.execute("DESCRIBE EXTENDED totals")[-1].rows}
+    last = json.loads(described["Last Refresh"])
+    assert (last["jobs"], last["phases"]) == (entry["jobs"], {k: phases[k] for k in ("decide", "run")}), last
+    chart = Dashboard(gw, run_for_dashboard(gw.execute), entry["table"]).detail.value
+    assert f"run {phases['run']:.2f} s, record {phases['record']:.2f} s" in chart

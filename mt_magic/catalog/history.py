@@ -76,6 +76,8 @@ class RefreshEntry:
     estimate: str | None = None     # what 'auto' weighed: each technique's expected bytes
     delta_rows: int | None = None   # an incremental refresh: rows read of the appended files
     delta_bytes: int | None = None  # … and their bytes
+    jobs: int | None = None         # the Spark jobs the refresh ran (None over Spark Connect: not told)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds spent deciding, running, recording
 
 
 class RefreshHistory:

@@ -85,6 +85,8 @@ class RefreshOutcome:
     partition: dict[str, str] = field(default_factory=dict)
     schedule_time: str | None = None
     error: str | None = None
+    jobs: int | None = None         # the Spark jobs it ran (None: not told, over Spark Connect)
+    phases: dict[str, float] = field(default_factory=dict)   # seconds: decide, run (and, in the history, record)
 
     @classmethod
     def from_document(cls, doc: dict) -> RefreshOutcome:

@@ -21,12 +21,13 @@ from mt_magic.manager.workspace import Workspace
 from mt_magic.refresh.changes import Change, Snapshot, SourceChange, Snapshots
 from mt_magic.refresh.choice import Chooser, Known
 from mt_magic.refresh.decision import RefreshDecision, Situation, decide
-from mt_magic.refresh.full import run_refresh
+from mt_magic.refresh.full import job_group, run_refresh
 from mt_magic.refresh.incremental import Maintained, Maintainer
 from mt_magic.storage.manifests import Manifests
 from mt_magic.spark.tables import forgetting_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import error_text, spark_call
+from mt_magic.spark.jobs import group_jobs
 from mt_magic.spark.sessions import session_info
 from mt_magic.sql.freshness import IntervalFreshness
 
@@ -39,6 +40,14 @@ class _Started:
     at: str                     # when, for the record
     clock: float                # time.monotonic() then
     schedule_time: str | None
+
+
+@dataclass(frozen=True)
+class _Work:
+    """What a run's record measures from: when it began running, and its job group's jobs before."""
+
+    clock: float
+    jobs: frozenset[int] | None
 
 
 class _Moved(Exception):
@@ -97,6 +106,7 @@ class Runs:
                 return current, self._skipped(current, trigger, decision, started)
             dynamic = current.dynamic_options if trigger in (Trigger.SCHEDULED, Trigger.CATCH_UP) else {}
             self.running.add(identifier)
+            work = _Work(time.monotonic(), group_jobs(self.ws.spark, job_group(current)))
             try:
                 maintained, read = self._execute(situation, decision, dynamic, listings)
             except BaseException as error:
@@ -106,7 +116,7 @@ class Runs:
                 self.running.discard(identifier)
                 if situation.comparison.change is not Change.NONE:
                     self.snapshots.forget(current)  # a changed source may have moved: asked again next time
-            return self._succeeded(situation, decision, trigger, started, maintained, read)
+            return self._succeeded(situation, decision, trigger, started, maintained, read, work)
 
     def _skipped(self, table: MaterializedTable, trigger: Trigger, decision: RefreshDecision,
                  started: _Started) -> RefreshOutcome:
@@ -129,13 +139,16 @@ class Runs:
             raise ExecutionError(f"Refreshing the materialized table {table.identifier} failed: {message}") from None
 
     def _succeeded(self, situation: Situation, decision: RefreshDecision, trigger: Trigger, started: _Started,
-                   maintained: Maintained, read: tuple[Snapshot, dict] | None) -> tuple[MaterializedTable,
-                                                                                      RefreshOutcome]:
+                   maintained: Maintained, read: tuple[Snapshot, dict] | None,
+                   work: _Work) -> tuple[MaterializedTable, RefreshOutcome]:
         """`read`: the snapshot of what the run read, where the sources changed as it read them."""
         table, target, result = situation.table, decision.target, maintained.result
         snapshot, files = read or (situation.snapshot, situation.listings)
+        ran = time.monotonic()
+        jobs = None if work.jobs is None else len(group_jobs(self.ws.spark, job_group(table)) - work.jobs)
+        phases = {"decide": round(work.clock - started.clock, 3), "run": round(ran - work.clock, 3)}
         outcome = RefreshOutcome(started.at, result.duration_s, Outcome.SUCCEEDED, result.rows, target.describe(),
-                                 started.schedule_time)
+                                 started.schedule_time, jobs=jobs, phases=phases)
         # The table matches the sources after a refresh of all it could have changed in (what it
         # read is what the snapshot listed: the files themselves, or a steady state); a partial one
         # whose sources changed as it read may not have rewritten every partition that changed.
@@ -147,7 +160,9 @@ class Runs:
         updated = self.ws.store.update(table.identifier, lambda t: clear_failures(t.with_refresh(
             outcome, storage=result.storage, source_snapshot=matched, published_at=now_iso())))
         self.manifests.keep_only(root, matched)
-        self.record(table, trigger, outcome, decision, delta_read(decision, situation, maintained))
+        recorded = {**phases, "record": round(time.monotonic() - ran, 3)}
+        self.record(table, trigger, outcome, decision,
+                    {**delta_read(decision, situation, maintained), "jobs": jobs, "phases": recorded})
         if self.owner:       # leftovers are the owner's to sweep, never a client's
             self.ws.storage.sweep(updated, self.ws.retention_s(), just_published=True)
         return updated, outcome
@@ -221,7 +236,7 @@ class Runs:
     def record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome, decision: RefreshDecision,
                measures: dict | None = None) -> None:
         """The run in the history as it was decided; `measures`: the rows and bytes read of the
-        appended files."""
+        appended files, the Spark jobs it ran and the seconds of its phases."""
         identifier = table.identifier
         finished = now_iso()
         estimate = {"estimate": decision.estimate.describe()} if decision.estimate is not None else {}

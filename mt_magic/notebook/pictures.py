@@ -94,6 +94,7 @@ def history_svg(history: Sequence[Refresh], freshness: timedelta, width: int = 3
         x = round(index * step + step * 0.15, 1)
         kind = "failed" if refresh.outcome == "FAILED" else refresh.technique or "full"
         why = f": {refresh.reason}" if refresh.reason and kind not in ("incremental", "skip") else ""
+        why += _work(refresh)
         parts.append(f"<rect class='mt-bar' data-technique='{_e(kind)}' x='{x}' y='{y(refresh.duration_s)}' "
                      f"width='{round(step * 0.7, 1)}' height='{round(height - y(refresh.duration_s), 1)}' "
                      f"fill='{TECHNIQUE_COLOURS.get(kind, TECHNIQUE_COLOURS['full'])}'>"
@@ -105,6 +106,14 @@ def history_svg(history: Sequence[Refresh], freshness: timedelta, width: int = 3
             f"<title>Recent refreshes: duration (bars: green incremental, orange full, blue partitions, grey "
             f"skip, purple stream, red failed), data age (dots), freshness {limit:g} s (dashed)</title>"
             + "".join(parts) + "</svg>")
+
+
+def _work(refresh: Refresh) -> str:
+    """What a refresh did, as its bar's tooltip says it: the seconds of each phase, its Spark jobs."""
+    parts = [f"{phase} {refresh.phases[phase]:.2f} s" for phase in ("decide", "run", "record") if phase in refresh.phases]
+    if refresh.jobs is not None:
+        parts.append(f"{refresh.jobs} Spark job{'s' if refresh.jobs != 1 else ''}")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _age(delta: timedelta | None) -> str:

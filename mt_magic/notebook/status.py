@@ -23,6 +23,8 @@ class Refresh:
     lag_s: float | None = None         # the data's age when it ended
     technique: str | None = None       # skip, incremental, partitions, full, stream
     reason: str | None = None          # why it ran as it did
+    jobs: int | None = None            # the Spark jobs it ran (None: not told, over Spark Connect)
+    phases: dict[str, float] = field(default_factory=dict)    # seconds per phase: decide, run, record
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,8 @@ def _from_entry(entry: dict) -> Refresh:
     target = "batch" if entry["trigger"] == "batch" else \
         ", ".join(f"{k}={v}" for k, v in (entry.get("partitions") or {}).items()) or "whole table"
     return Refresh(started, (finished - started).total_seconds(), entry.get("rows"), Outcome(entry["outcome"]),
-                   target, entry.get("error"), entry.get("lag_s"), entry.get("technique"), entry.get("reason"))
+                   target, entry.get("error"), entry.get("lag_s"), entry.get("technique"), entry.get("reason"),
+                   entry.get("jobs"), entry.get("phases") or {})
 
 
 def _handler_text(handler: RefreshHandler | None) -> str:

@@ -46,6 +46,14 @@ def job_scope(spark: Any, group: str, description: str) -> Iterator[None]:
             context.setLocalProperty("spark.job.interruptOnCancel", None)
 
 
+def group_jobs(spark: Any, group: str) -> frozenset[int] | None:
+    """The ids of the jobs `group` has run so far (a refresh's are the ones it adds); None over Spark
+    Connect, whose client is not told the jobs an operation ran."""
+    if is_connect(spark):
+        return None
+    return frozenset(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
 def cancel_jobs(spark: Any, group: str) -> None:
     if is_connect(spark):
         spark.interruptTag(_tag(group))
