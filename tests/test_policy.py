@@ -148,3 +148,21 @@ def test_explain_says_per_source_what_auto_would_do_and_what_it_weighed(spark, g
     assert re.fullmatch(rf"rewritten: \d+ files? removed, \d+ written \(\d+ bytes\) → full: {database}\.sales was rewritten",
                         rows[f"source {database}.sales"]), rows
     assert rows["a scheduled refresh now"] == f"would recompute the whole table ({database}.sales was rewritten)"
+
+
+def test_auto_maintains_a_dimension_append_where_the_partials_are_kept_below_the_join(spark, gw):
+    """An aggregate over a day-partitioned fact table whose aggregates read the facts alone keeps its
+    partials below the join: an append to the dimension joins them with it again (the facts not read),
+    which the cost rule weighs as the kept partials and the dimension — so auto maintains it."""
+    spark.sql("CREATE TABLE facts (k INT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.sql("INSERT INTO facts SELECT CAST(id % 3 AS INT), CAST(id AS DOUBLE), concat('d', CAST(id % 4 AS STRING)) "
+              "FROM range(20000)")
+    spark.sql("CREATE TABLE dims (k INT, region STRING) USING parquet")
+    spark.sql("INSERT INTO dims VALUES (0, 'a'), (1, 'b')")
+    query = "SELECT d.region, COUNT(*) AS n, SUM(f.v) AS s FROM facts f JOIN dims d ON f.k = d.k GROUP BY d.region"
+    gw.execute(f"CREATE MATERIALIZED TABLE regional FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    spark.sql("INSERT INTO dims VALUES (2, 'c'), (0, 'c')")
+    entry = _fire(gw, "regional", 1)
+    assert (entry["technique"], entry["reason"]) == ("incremental", None), entry
+    assert entry["estimate"].startswith("incremental ≈ "), entry
+    assert sorted(map(tuple, spark.table("regional").collect())) == sorted(map(tuple, spark.sql(query).collect()))

@@ -20,8 +20,8 @@ from pyspark.sql import types as T
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.config import REFRESH_POLICY
 from mt_magic.errors import MaterializedTableError
-from mt_magic.incremental.below_join import kept_columns
-from mt_magic.incremental.cost import Estimate, SourceBytes, estimate
+from mt_magic.incremental.below_join import below, kept_columns
+from mt_magic.incremental.cost import Estimate, SourceBytes, estimate, estimate_below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
 from mt_magic.incremental.provenance import Provenance
@@ -245,6 +245,11 @@ class Chooser:
                     self.files.listing(path).values()) if isinstance(rule, STATEFUL) else None
         if state is not None and manifest.carried:
             state = state * len(manifest.state_columns) // (manifest.hidden_columns + len(table.columns))
+        kept = manifest.kept
+        if isinstance(rule, Aggregate) and isinstance(kept, KeptState) and below(rule, kept.provenance.occurrence):
+            partials = sum(size for size, _ in self.files.listing(kept.folder).values()) \
+                if self.files.exists(kept.folder) else 0
+            return estimate_below(kept.source, sources, partials, state or 0)
         return estimate(branches, sources, state)
 
 
