@@ -9,8 +9,8 @@ BY. The changes: one day rewritten with 10 % of its rows deleted and 10 % change
 size: what changes is the same, the table twice as large) and the day rewrite repeats. Target: a refresh ≤
 max(0.1, 250 ms ÷ plain) of plain; the dimension change ≤ 0.5 for the join; the repeat after the data
 doubled within 1.3× of the first. Printed per refresh: its technique and reason, Spark jobs, the bytes
-of the changed files it read (a full refresh reads all), the rows it wrote; each table is checked to
-equal its query after the last change.
+of the changed files it read (a full refresh reads all), the rows it wrote and the seconds of its phases
+(the history's: decide, run, record); each table is checked to equal its query after the last change.
 
 Then the join as a CONTINUOUS table at FRESHNESS 2 s, the day reprocessed every 10 s for a minute:
 p95 lag (a reprocess's commit → the first read that shows it) ≤ freshness + 2 s.
@@ -102,7 +102,7 @@ def _by_hand(spark, name: str, folder: str) -> float:
 
 def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
     """Per change and table: (change, table, refresh s, plain s, jobs, technique, reason, rows written,
-    the floor by hand where there is one, bytes of the changed files read)."""
+    the floor by hand where there is one, bytes of the changed files read, the seconds of its phases)."""
     spark.sql("CREATE TABLE rfact (id BIGINT, k INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("CREATE TABLE rdim (k INT, region STRING) USING parquet")
     spark.sql(f"INSERT INTO rdim SELECT CAST(id AS INT), concat('r', CAST(id % 50 AS STRING)) FROM range({KEYS})")
@@ -129,7 +129,7 @@ def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
             plain = timed(lambda q=query, n=name: spark.sql(f"INSERT OVERWRITE plain_{n} {q}"))
             floor = _by_hand(spark, name, folder) if name in HAND and change != "10 dimension rows changed" else None
             found.append((change, name, took, plain, jobs, entry["technique"], entry["reason"], entry["rows"], floor,
-                          entry.get("delta_bytes")))
+                          entry.get("delta_bytes"), entry.get("phases") or {}))
 
     # An untimed round warms the JVM for both sides.
     _replace_day(spark, "SELECT * FROM {day} t")
@@ -201,7 +201,7 @@ def _fire() -> str:
 
 def report_rewrites(found: list[tuple], targets: dict) -> None:
     first = {name: took for change, name, took, *_ in found if change == next(iter(CHANGES))}
-    for change, name, took, plain, jobs, technique, reason, written, floor, read in found:
+    for change, name, took, plain, jobs, technique, reason, written, floor, read, phases in found:
         ratio, below = took / plain, ""
         if change.startswith("doubled"):
             met, target = took <= 1.3 * first[name], f"<= 1.3x the first ({took / first[name]:.2f})"
@@ -217,4 +217,5 @@ def report_rewrites(found: list[tuple], targets: dict) -> None:
         targets[f"rewrites: {change}, {name}"] = met
         print(f"{change:>48} | {name:>8}: refresh {took:.3f} s ÷ plain {plain:.3f} s = {ratio:.3f} (target {target}){below}; "
               f"{technique}{f' ({reason})' if reason else ''}, {jobs} Spark jobs, "
-              f"{'all sources' if read is None else f'{read} bytes of the changed files'} read, {written} rows written")
+              f"{'all sources' if read is None else f'{read} bytes of the changed files'} read, {written} rows written; "
+              f"{', '.join(f'{p} {phases[p]:.2f} s' for p in ('decide', 'run', 'record') if p in phases)}")
