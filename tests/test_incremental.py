@@ -30,6 +30,7 @@ from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompu
 from mt_magic.spark.kind import is_connect
 from mt_magic.refresh.kept_rows import merged
 from mt_magic.storage.compaction import SMALL_FILES_KEPT
+from mt_magic.refresh.provenance_state import FILES_KEPT
 
 SHAPES = {   # name → (query, the plain sources it reads)
     "lin": ("SELECT ds, product_id, amount * 2 AS a2 FROM sales WHERE amount > 2 OR amount IS NULL", {"sales"}),
@@ -487,3 +488,30 @@ def test_every_shape_stays_equal_to_its_query(spark, tables):
     examples = (4 if os.environ.get("MT_MAGIC_SPARK_REMOTE") else 10) if CI else 25
     run_state_machine_as_test(Sources, settings=settings(
         max_examples=examples, stateful_step_count=5, deadline=None))
+
+
+def test_an_aggregates_partials_kept_by_day_stay_a_few_files_a_day(spark, gw):
+    """Each append to a day adds a file of partials to that day; past FILES_KEPT the day's files are
+    merged into one by the refresh that adds to them — partials per group and partials kept below a
+    join alike — and the tables stay equal to their queries."""
+    spark.sql("CREATE TABLE taps (k INT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.sql("INSERT INTO taps VALUES (0, 1.0, 'd0'), (1, 2.0, 'd1'), (NULL, 3.0, 'd0')")
+    spark.sql("CREATE TABLE kinds (k INT, name STRING) USING parquet")
+    spark.sql("INSERT INTO kinds VALUES (0, 'a'), (1, 'b'), (2, 'a')")
+    queries = {"per_k": "SELECT k, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS hi FROM taps GROUP BY k",
+               "per_name": "SELECT d.name, COUNT(*) AS n, SUM(t.v) AS s, MAX(t.v) AS hi FROM taps t JOIN kinds d "
+                           "ON t.k = d.k GROUP BY d.name"}
+    for name, query in queries.items():
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} WITH ('refresh.policy' = 'incremental') "
+                   f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    for step in range(FILES_KEPT + 4):
+        spark.sql(f"INSERT INTO taps VALUES ({step % 3}, {step}.5, 'd0')")
+        for name in queries:
+            gw.refresh(name)
+            assert gw.history(name, limit=1)[0]["technique"] == "incremental", name
+    for name, query in queries.items():
+        assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect()), name
+        (version,) = {os.path.dirname(p) for p in spark.table(name).inputFiles()}
+        day = os.path.join(version.removeprefix("file:"), "_provenance", "mt_partition=d0")
+        kept = [f for f in os.listdir(day) if f.endswith(".parquet")]
+        assert 1 <= len(kept) <= FILES_KEPT, (name, kept)

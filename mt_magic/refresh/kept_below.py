@@ -16,7 +16,7 @@ from mt_magic.incremental.below_join import Below, below_partials, joined_partia
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.provenance import merged_partitions, retracted, subtracts
 from mt_magic.incremental.rules import Aggregate
-from mt_magic.refresh.provenance_state import FILES_KEPT, Keeping, Retraction, Way, state_files
+from mt_magic.refresh.provenance_state import FILES_KEPT, Keeping, Retraction, Way, files_in, state_files
 from mt_magic.refresh.relations import Relations
 from mt_magic.storage.manifests import Manifest
 
@@ -47,7 +47,7 @@ class KeptBelow:
         by_partition = state_files(self.partials.storage.files, published.folder)
         every = set(by_partition)
         if retraction is not None and retraction.way is Way.REJOINED:
-            return self._joined(rule, kept, relations, published.schema, _in(by_partition, every)), None, \
+            return self._joined(rule, kept, relations, published.schema, files_in(by_partition, every)), None, \
                 published.schema, set()
         if retraction is not None:
             rewritten = set(retraction.partitions)
@@ -55,21 +55,21 @@ class KeptBelow:
             stage, schema, paths = self._write(table, rule, kept, keeping, relations, changed)
             if subtracts(rule):
                 added = self._joined(rule, kept, relations, schema, paths, "kept_added")
-                removed = self._joined(rule, kept, relations, schema, _in(by_partition, rewritten), "kept_removed")
+                removed = self._joined(rule, kept, relations, schema, files_in(by_partition, rewritten), "kept_removed")
                 state = retracted(rule, old, f"({added}) AS added", f"({removed}) AS removed")
             else:
-                state = self._joined(rule, kept, relations, schema, _in(by_partition, every - rewritten) + paths)
+                state = self._joined(rule, kept, relations, schema, files_in(by_partition, every - rewritten) + paths)
             return state, stage, schema, rewritten
         stage, schema, paths, crowded = None, published.schema, [], set()
         if keeping.source in appended:
             # A partition's files past FILES_KEPT are merged into one as appended rows add to it.
             crowded = {partition for partition, listing in by_partition.items() if len(listing) >= FILES_KEPT}
             merging = relations.add("kept_crowded", self.partials.kept_files(
-                relations, published, _in(by_partition, crowded), partition=True)) if crowded else None
+                relations, published.schema, files_in(by_partition, crowded), partition=True)) if crowded else None
             delta = relations.names.name(keeping.provenance.occurrence, Version.DELTA)
             stage, schema, paths = self._write(table, rule, kept, keeping, relations, delta, merging)
-        if appended - {keeping.source}:
-            return self._joined(rule, kept, relations, schema, _in(by_partition, every - crowded) + paths), \
+        if appended - {keeping.source} or crowded:      # a merged day's old partials are staged again
+            return self._joined(rule, kept, relations, schema, files_in(by_partition, every - crowded) + paths), \
                 stage, schema, crowded
         columns = ", ".join(rule.state_columns)
         added = self._joined(rule, kept, relations, schema, paths, "kept_added")
@@ -89,7 +89,3 @@ class KeptBelow:
         """The state by group of the kept partials in `paths`, joined with the other sources now."""
         partials = relations.add(what, self.partials.kept_files(relations, schema, paths))
         return joined_partials(rule, kept, partials, lambda i: relations.names.name(i, Version.NEW))
-
-
-def _in(by_partition: dict[str, object], partitions: set[str]) -> list[str]:
-    return [path for partition, listing in by_partition.items() if partition in partitions for path in listing]

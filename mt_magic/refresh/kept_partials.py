@@ -25,8 +25,8 @@ from mt_magic.incremental.provenance import (PARTITION, SIGN, appended_state, ke
 from mt_magic.incremental.rules import Aggregate
 from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.kept_below import KeptBelow
-from mt_magic.refresh.provenance_state import (FILES_KEPT, Keeping, Retraction, Way, assemble, keep_previous,
-                                             state_files)
+from mt_magic.refresh.provenance_state import (FILES_KEPT, Keeping, Retraction, Way, assemble, files_in,
+                                             keep_previous, state_files)
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files
 from mt_magic.storage.manifests import KeptState, Manifest
@@ -68,7 +68,7 @@ class KeptPartials:
             return Staged(*self.below.whole(table, rule, kept, keeping, relations), keeping, {})
         names = relations.names
         stage, schema = self.stage(table, relations, kept_state(rule, keeping.provenance,
-                                                                 lambda i: names.name(i, Version.NEW)))
+                                                                lambda i: names.name(i, Version.NEW)))
         added = relations.add("kept_added", self.read(relations, stage, schema))
         return Staged(merged_partitions(rule, added), stage, schema.json(), keeping, _small(table, rule, keeping, relations))
 
@@ -93,7 +93,7 @@ class KeptPartials:
             merging = None
             if crowded:
                 merging = relations.add("kept_crowded",
-                                        self.kept_files(relations, published.schema, _in(by_partition, crowded), partition=True))
+                                        self.kept_files(relations, published.schema, files_in(by_partition, crowded), partition=True))
             stage, schema = self.stage(table, relations, appended_state(rule, keeping.provenance, appended,
                                                                          names.name, merging))
             added = relations.add("kept_added", self.read(relations, stage, schema))
@@ -110,11 +110,11 @@ class KeptPartials:
             added = relations.add("kept_added", self.read(relations, stage, schema))
             rewritten = set(retraction.partitions)
         if subtracts(rule):
-            removed = relations.add("kept_removed", self.kept_files(relations, published.schema, _in(by_partition, rewritten)))
+            removed = relations.add("kept_removed", self.kept_files(relations, published.schema, files_in(by_partition, rewritten)))
             state_sql = retracted(rule, old, added, removed)
         else:
             others = relations.add("kept_others", self.kept_files(relations, published.schema,
-                                                              _in(by_partition, set(by_partition) - rewritten)))
+                                                              files_in(by_partition, set(by_partition) - rewritten)))
             columns = ", ".join(rule.state_columns)
             state_sql = merged_partitions(
                 rule, f"(SELECT {columns} FROM {others} UNION ALL SELECT {columns} FROM {added}) AS partials")
@@ -170,10 +170,6 @@ def _small(table: MaterializedTable, rule: Aggregate, keeping: Keeping, relation
     return {source: relations.changes[source].files for source in dict.fromkeys(rule.sources)
             if source != keeping.source and rule.sources.count(source) == 1
             and not relations.readings[source].partition_columns and relations.changes[source].total_bytes <= limit}
-
-
-def _in(by_partition: dict[str, Any], partitions: set[str]) -> list[str]:
-    return [path for partition, listing in by_partition.items() if partition in partitions for path in listing]
 
 
 def _schema(text: str) -> T.StructType:

@@ -106,6 +106,11 @@ def state_files(files: Files, folder: str) -> dict[str, Listing]:
     return partitions(files.listing(folder), PARTITION) if files.exists(folder) else {}
 
 
+def files_in(by_partition: dict[str, Listing], partitions: set[str]) -> list[str]:
+    """The files of those partitions, of a state's files by partition."""
+    return [path for partition, listing in by_partition.items() if partition in partitions for path in listing]
+
+
 def assemble(files: Files, published: KeptState | None, version: str, stage: str | None,
              dropped: set[str]) -> str:
     """The new version's state folder: the published one's partitions (linked) but the `dropped` ones,
