@@ -124,13 +124,19 @@ def retracting(situation: Situation, source: str) -> Retraction | str:
     """The rewritten source's partitions to retract, or why they are not: the source an aggregate's
     partials (a linear table's rows) are kept by is retracted, alone (the others unchanged), by
     partition folder — under `auto`, a recompute is chosen when the rewritten partitions hold more than
-    half of its bytes; a small source beside it is diffed with its content kept."""
+    half of its bytes; another source is joined again with partials kept below the joins (the kept
+    source may have been appended to meanwhile), or, small, diffed with its content kept."""
     keeping, manifest, changes = situation.known.keeping, situation.manifest, situation.changes
     rewritten = f"{source} was rewritten"
     before, now = (manifest.listings.get(source) if manifest else None), situation.listings.get(source)
     if keeping is None or before is None or now is None:
         return rewritten
-    if any(d.change is not SourceChange.UNCHANGED for s, d in changes.items() if s != source):
+    others = [d.change for s, d in changes.items() if s != source]
+    if keeping.source != source and _rejoins(situation):
+        if any(change not in (SourceChange.UNCHANGED, SourceChange.APPENDED) for change in others):
+            return f"{rewritten} and another source changed"
+        return Retraction(source, (), tuple(sorted(now)), Way.REJOINED, keeping.source)
+    if any(change is not SourceChange.UNCHANGED for change in others):
         return f"{rewritten} and another source changed"
     if keeping.source != source:
         return _diffed(situation, source, now)
@@ -146,12 +152,9 @@ def retracting(situation: Situation, source: str) -> Retraction | str:
 
 
 def _diffed(situation: Situation, source: str, now: Listing) -> Retraction | str:
-    """Another source rewritten: partials kept below the joins are joined with it again; else a small
-    source is diffed with the content the state kept of it, where its partials subtract (a MIN or MAX
-    over it is recomputed)."""
+    """A small source rewritten is diffed with the content the state kept of it, where its partials
+    subtract (a MIN or MAX over it is recomputed)."""
     kept, rule = situation.manifest.kept, situation.known.rule
-    if isinstance(kept, KeptState) and isinstance(rule, Aggregate) and below(rule, kept.provenance.occurrence):
-        return Retraction(source, (), tuple(sorted(now)), Way.REJOINED, kept.source)
     if not isinstance(kept, KeptState) or source not in kept.previous:
         return f"{source} was rewritten"
     if not isinstance(rule, Aggregate) or not subtracts(rule):
@@ -159,6 +162,14 @@ def _diffed(situation: Situation, source: str, now: Listing) -> Retraction | str
     if '"decimal' in kept.schema:      # a weighed partial's DECIMAL type is not the kept one's
         return f"{source} was rewritten (a DECIMAL sum over it is recomputed)"
     return Retraction(source, (), tuple(sorted(now)), Way.DIFFED)
+
+
+def _rejoins(situation: Situation) -> bool:
+    """The partials are kept below the joins: another source's change is joined with them again,
+    whatever the kept source did besides but a rewrite (its appended rows' partials join too)."""
+    kept, rule = situation.manifest.kept, situation.known.rule
+    return isinstance(kept, KeptState) and isinstance(rule, Aggregate) and \
+        below(rule, kept.provenance.occurrence) is not None
 
 
 def choose(situation: Situation, rebuild: bool = False) -> Choice:

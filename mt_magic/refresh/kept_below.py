@@ -42,14 +42,12 @@ class KeptBelow:
                relations: Relations) -> tuple[str, str | None, str, set[str]]:
         """The state after the change, the stage, its schema and the kept partitions it replaces: the
         kept source's appended rows' partials added (its rewritten partitions' taken out and written
-        again), or — another source changed — every kept partial joined with the others again."""
+        again), or — another source appended to or rewritten — every kept partial joined with the others
+        again (the appended rows' partials among them)."""
         published = manifest.kept
         by_partition = state_files(self.partials.storage.files, published.folder)
         every = set(by_partition)
-        if retraction is not None and retraction.way is Way.REJOINED:
-            return self._joined(rule, kept, relations, published.schema, files_in(by_partition, every)), None, \
-                published.schema, set()
-        if retraction is not None:
+        if retraction is not None and retraction.way is Way.PARTITIONS:
             rewritten = set(retraction.partitions)
             changed = relations.add("kept_changed", relations.source_files(keeping.source, retraction.files))
             stage, schema, paths = self._write(table, rule, kept, keeping, relations, changed)
@@ -68,7 +66,7 @@ class KeptBelow:
                 relations, published.schema, files_in(by_partition, crowded), partition=True)) if crowded else None
             delta = relations.names.name(keeping.provenance.occurrence, Version.DELTA)
             stage, schema, paths = self._write(table, rule, kept, keeping, relations, delta, merging)
-        if appended - {keeping.source} or crowded:      # a merged day's old partials are staged again
+        if retraction is not None or appended - {keeping.source} or crowded:   # (a merged day's are staged again)
             return self._joined(rule, kept, relations, schema, files_in(by_partition, every - crowded) + paths), \
                 stage, schema, crowded
         columns = ", ".join(rule.state_columns)

@@ -58,7 +58,7 @@ class Retraction:
         if self.way is Way.DIFFED:
             return "its previous content diffed with its files now, the difference joined"
         if self.way is Way.REJOINED:
-            return f"its files now joined with the partials kept of {self.kept_by} (whose rows are not read)"
+            return f"its files now joined with the partials kept of {self.kept_by}, whose rows are not read again"
         count = len(self.partitions)
         return f"{count} partition{'s' if count != 1 else ''} of {self.source} retracted and read again"
 
