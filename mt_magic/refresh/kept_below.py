@@ -16,7 +16,7 @@ from mt_magic.incremental.below_join import Below, below_partials, joined_partia
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.provenance import merged_partitions, retracted, subtracts
 from mt_magic.incremental.rules import Aggregate
-from mt_magic.refresh.provenance_state import FILES_KEPT, Keeping, Retraction, Way, files_in, state_files
+from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, files_in, state_files
 from mt_magic.refresh.relations import Relations
 from mt_magic.storage.manifests import Manifest
 
@@ -60,10 +60,7 @@ class KeptBelow:
             return state, stage, schema, rewritten
         stage, schema, paths, crowded = None, published.schema, [], set()
         if keeping.source in appended:
-            # A partition's files past FILES_KEPT are merged into one as appended rows add to it.
-            crowded = {partition for partition, listing in by_partition.items() if len(listing) >= FILES_KEPT}
-            merging = relations.add("kept_crowded", self.partials.kept_files(
-                relations, published.schema, files_in(by_partition, crowded), partition=True)) if crowded else None
+            crowded, merging = self.partials.crowded(relations, published, by_partition)
             delta = relations.names.name(keeping.provenance.occurrence, Version.DELTA)
             stage, schema, paths = self._write(table, rule, kept, keeping, relations, delta, merging)
         if retraction is not None or appended - {keeping.source} or crowded:   # (a merged day's are staged again)

@@ -87,13 +87,7 @@ class KeptPartials:
         if retraction is not None and retraction.way is Way.DIFFED:
             return self._diffed(table, rule, keeping, old, published, retraction, relations, previous)
         if retraction is None:
-            # Appended rows add a file to each partition they reach; a partition's files past FILES_KEPT
-            # are merged into one as they are added to (the state does not grow with every append).
-            crowded = {partition for partition, listing in by_partition.items() if len(listing) >= FILES_KEPT}
-            merging = None
-            if crowded:
-                merging = relations.add("kept_crowded",
-                                        self.kept_files(relations, published.schema, files_in(by_partition, crowded), partition=True))
+            crowded, merging = self.crowded(relations, published, by_partition)
             stage, schema = self.stage(table, relations, appended_state(rule, keeping.provenance, appended,
                                                                          names.name, merging))
             added = relations.add("kept_added", self.read(relations, stage, schema))
@@ -119,6 +113,17 @@ class KeptPartials:
             state_sql = merged_partitions(
                 rule, f"(SELECT {columns} FROM {others} UNION ALL SELECT {columns} FROM {added}) AS partials")
         return Staged(state_sql, stage, schema.json(), keeping, previous, published, frozenset(rewritten))
+
+    def crowded(self, relations: Relations, published: KeptState,
+                by_partition: dict[str, Any]) -> tuple[set[str], str | None]:
+        """Appended rows add a file to each partition they reach; a partition's files past FILES_KEPT
+        are merged into one as they are added to (the state does not grow with every append): those
+        partitions, and their kept partials (with their partition) to merge, if any."""
+        crowded = {partition for partition, listing in by_partition.items() if len(listing) >= FILES_KEPT}
+        if not crowded:
+            return crowded, None
+        return crowded, relations.add("kept_crowded", self.kept_files(
+            relations, published.schema, files_in(by_partition, crowded), partition=True))
 
     def _diffed(self, table: MaterializedTable, rule: Aggregate, keeping: Keeping, old: str, published: KeptState,
                 retraction: Retraction, relations: Relations, previous: dict[str, tuple[str, ...]]) -> Staged:
