@@ -3,7 +3,8 @@ INSERT OVERWRITE of the same query in the same run (`python benchmarks/increment
 
 A fact table of `rows` rows partitioned by day (60 days, a few files per day) and a 10k-row dimension;
 tables not partitioned like the fact table: an aggregate by key, a filter/project, fact JOIN dim GROUP
-BY. The changes: one day rewritten with 10 % of its rows deleted and 10 % changed; one day compacted
+BY, and an aggregate over the filter/project (a chain: the day the filter retracts reaches it as the
+files the filter dropped and wrote). The changes: one day rewritten with 10 % of its rows deleted and 10 % changed; one day compacted
 (the same rows in one file); the rows of one key deleted from one day; 10 rows of the dimension changed
 (rewritten whole); then the fact table doubles (60 days more, so that the rewritten day is the same
 size: what changes is the same, the table twice as large) and the day rewrite repeats. Target: a refresh ≤
@@ -34,6 +35,8 @@ TABLES = {
     "filtered": "SELECT id, k, amount, ds FROM rfact WHERE amount > 90",
     "joined": "SELECT d.region, SUM(f.amount) AS s, COUNT(*) AS n FROM rfact f JOIN rdim d ON f.k = d.k "
               "GROUP BY d.region",
+    # a chain: over `filtered`, which keeps its rows by day — a day it retracts is retracted here by its files
+    "chained": "SELECT k, COUNT(*) AS n, SUM(amount) AS s FROM filtered GROUP BY k",
 }
 DAY = "2024-01-07"
 LAG_FRESHNESS_S, LAG_SECONDS, EVERY_S = 2, 60, 10

@@ -3,7 +3,8 @@ one point of it (argv[5]): after its version was begun; after data and state wer
 in the data's files), or after its state was written and after it joined the new version (a state of
 its own); after the partials kept per source partition were moved into it (argv[6] "partitioned": the
 source is partitioned by day, and a day was rewritten; "below": joined with a dimension, the partials kept
-below the join), or — a filter's rows kept by day (argv[6]
+below the join; "chain": over a materialized table that retracted a day, the partials kept by its file),
+or — a filter's rows kept by day (argv[6]
 "linear") — as its written files are moved up out of their day's folder; after the version was published, or after the
 manifest naming the new state was written."""
 
@@ -21,7 +22,7 @@ from mt_magic.storage.versions import TableStorage
 store, source, warehouse, database, point, layout = sys.argv[1:7]
 spark = local_session("mt_magic-kill-incremental", warehouse=warehouse)
 spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
-if layout in ("partitioned", "linear", "below"):
+if layout in ("partitioned", "linear", "below", "chain"):
     spark.sql(f"CREATE TABLE {database}.src (k INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds) "
               f"LOCATION '{source}'")
     spark.sql(f"ALTER TABLE {database}.src RECOVER PARTITIONS")

@@ -53,9 +53,12 @@ SHAPES = {   # name → (query, the plain sources it reads)
                "JOIN dim d ON s.product_id = d.id QUALIFY r <= 1", {"sales", "dim"}),
 }
 PARTITIONED = {"part": "ds", "chainagg": "ds"}   # chainagg: a state in partitioned data files
-# Aggregates over `sales` (partitioned by day) keep their partials per day, one-branch linear tables their
-# rows: a rewritten day is retracted.
-RETRACTING = {"agg", "whole", "joinagg", "lin", "joined"}
+# The sources whose rewrite alone a table retracts. Aggregates over `sales` (partitioned by day) keep their
+# partials per day (COUNT(DISTINCT) its counted pairs, top-N its rows within N), linear tables their rows: a
+# rewritten day is retracted; `uni` also computes again only its branch over `dim` when `dim` is rewritten.
+# `chain` keeps its rows by the file of `lin` they came from: the files `lin` drops are retracted.
+RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "joinagg": {"sales"}, "lin": {"sales"}, "joined": {"sales"},
+              "chain": {"lin"}, "distinct": {"sales"}, "top": {"sales"}, "ranked": {"sales"}, "uni": {"sales", "dim"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
 # rewrite of the dimension is joined with them again — while `sales` was appended to as well.
 REJOINED = {"joinagg"}
@@ -95,6 +98,12 @@ def _version_files(spark, table: str) -> set[tuple[str, int]]:
     version folder (a file carried into a new version keeps its name) and their sizes."""
     location = _location(spark, table)
     return {(os.path.relpath(path, location), os.path.getsize(path)) for path in _files(spark, table)}
+
+
+def _daily(gw, queries: dict[str, str]) -> None:
+    """The tables, refreshed by a daily schedule (the tests refresh them themselves)."""
+    for name, query in queries.items():
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
 
 
 def _multiset(rows) -> list:
@@ -185,7 +194,8 @@ def test_a_partitioned_aggregate_rewrites_only_the_partitions_its_change_touches
 
 
 def test_a_reprocessed_day_is_retracted_and_a_source_mostly_rewritten_is_recomputed(spark, gw):
-    """An aggregate over a day-partitioned source keeps its partials per day, a filter its rows: under
+    """An aggregate over a day-partitioned source keeps its partials per day (a COUNT(DISTINCT …) its
+    counted pairs, a top-N its rows within N per day), a filter its rows: under
     `auto`, a day reprocessed (or rows deleted from it) is refreshed incrementally, reading that day
     alone (EXPLAIN says so beforehand, the history after), and equals the query, as after an append;
     most of the source rewritten is recomputed, saying why."""
@@ -193,9 +203,12 @@ def test_a_reprocessed_day_is_retracted_and_a_source_mostly_rewritten_is_recompu
     spark.sql("INSERT INTO visits SELECT CAST(id % 7 AS INT), CAST(id % 13 AS DOUBLE), "
               "concat('d', CAST(id % 10 AS STRING)) FROM range(2000)")
     queries = {"per_k": ("SELECT k, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS hi FROM visits GROUP BY k", "merge by k"),
-               "kept": ("SELECT k, v * 2 AS v2, ds FROM visits WHERE v > 3", "append the query over the new rows")}
-    for name, (query, _) in queries.items():
-        gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+               "kept": ("SELECT k, v * 2 AS v2, ds FROM visits WHERE v > 3", "append the query over the new rows"),
+               "kinds": ("SELECT k % 3 AS m, COUNT(DISTINCT v) AS d FROM visits GROUP BY k % 3",
+                         "add the new distinct values per k % 3"),
+               "leaders": ("SELECT k, v, ds FROM (SELECT k, v, ds, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC, ds) "
+                           "AS rn FROM visits) t WHERE rn <= 2", "re-rank the first 2 per k with the new rows")}
+    _daily(gw, {name: query for name, (query, _) in queries.items()})
     source = f"spark_catalog.{spark.catalog.currentDatabase()}.visits"
     rewrites = ["INSERT OVERWRITE visits PARTITION (ds = 'd3') SELECT CAST(id % 5 AS INT), 20.0 FROM range(150)",
                 "INSERT INTO visits SELECT 1, 9.0, 'd9' FROM range(3)",
@@ -221,6 +234,73 @@ def test_a_reprocessed_day_is_retracted_and_a_source_mostly_rewritten_is_recompu
         assert (entry["technique"], entry["reason"]) == ("full", f"most of {source} was rewritten (10 partitions)"), \
             entry
         assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect())
+
+
+def test_a_table_over_a_table_that_retracted_rows_receives_the_retraction(spark, gw):
+    """A chain: `days` keeps its rows by the day of its plain source; a day reprocessed is retracted
+    there, and the tables reading `days` — a filter, a sum and count, a MIN and MAX — receive it as
+    the files `days` dropped and wrote (they keep their rows and partials by the file of `days` they
+    came from): incremental, the rest of `days` not read, equal to their queries. An append to `days`
+    reaches them as an append."""
+    spark.sql("CREATE TABLE raw (k INT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.sql("INSERT INTO raw SELECT CAST(id % 7 AS INT), CAST(id % 13 AS DOUBLE), concat('d', CAST(id % 5 AS STRING)) "
+              "FROM range(1000)")
+    spark.sql("INSERT INTO raw VALUES (NULL, 2.0, 'd1'), (3, NULL, 'd2')")
+    gw.execute("CREATE MATERIALIZED TABLE days FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS "
+               "SELECT k, v, ds FROM raw WHERE v > 1 OR v IS NULL")
+    queries = {"high": ("SELECT k, v * 2 AS v2 FROM days WHERE v > 6", "append the query over the new rows"),
+               "per_k": ("SELECT k, COUNT(*) AS n, SUM(v) AS s FROM days GROUP BY k", "merge by k"),
+               "span": ("SELECT ds, MIN(v) AS lo, MAX(k) AS hi FROM days GROUP BY ds", "merge by ds")}
+    _daily(gw, {name: query for name, (query, _) in queries.items()})
+    days = f"spark_catalog.{spark.catalog.currentDatabase()}.days"
+    changes = {"reprocessed": "INSERT OVERWRITE raw PARTITION (ds = 'd3') SELECT CAST(id % 4 AS INT), 30.0 "
+                              "FROM range(40)",
+               "appended": "INSERT INTO raw VALUES (9, 8.0, 'd4'), (NULL, 20.0, 'd9')",
+               "another day": "INSERT OVERWRITE raw PARTITION (ds = 'd1') SELECT CAST(id % 3 AS INT), 5.0 "
+                              "FROM range(30)"}
+    for step, (what, change) in enumerate(changes.items()):
+        spark.sql(change)
+        gw.refresh("days", schedule_time=f"2030-01-0{step + 1} 00:00:00")
+        assert gw.history("days", limit=1)[0]["technique"] == "incremental"
+        for name, (query, how) in queries.items():
+            said = dict(gw.execute(f"EXPLAIN ALTER MATERIALIZED TABLE {name} REFRESH")[0].rows)
+            gw.refresh(name, schedule_time=f"2030-01-0{step + 1} 00:00:00")
+            entry = gw.history(name, limit=1)[0]
+            assert entry["technique"] == "incremental", (what, entry)
+            if what != "appended":      # `days` dropped the day's files and wrote others: they are retracted
+                assert re.fullmatch(r"rewritten: \d+ files? removed, \d+ written \(\d+ bytes\); \d+ files? of "
+                                    rf"{days} retracted and read again", entry["sources"][days]), entry
+                assert said[f"source {days}"].endswith(f"read again → incremental ({how})"), said
+            assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect()), name
+
+
+def test_a_union_all_keeps_the_rows_of_its_branches_apart(spark, gw):
+    """UNION ALL of a branch over a day-partitioned source and one over a small table: a day reprocessed
+    writes that day's rows again alone, the small table rewritten its branch alone; appends to both
+    append. Each refresh is incremental and the table equals its query."""
+    spark.sql("CREATE TABLE events (k INT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.sql("INSERT INTO events SELECT CAST(id % 5 AS INT), CAST(id % 4 AS DOUBLE), concat('d', CAST(id % 9 AS STRING)) "
+              "FROM range(900)")
+    spark.sql("CREATE TABLE manual (k INT, v DOUBLE) USING parquet")
+    spark.sql("INSERT INTO manual VALUES (1, 9.0), (NULL, 2.0)")
+    query = "SELECT k, v, ds FROM events WHERE v > 1 UNION ALL SELECT k, v * 10, 'manual' FROM manual"
+    _daily(gw, {"both": query})
+    prefix = f"spark_catalog.{spark.catalog.currentDatabase()}"
+    rewritten = r"rewritten: \d+ files? removed, \d+ written \(\d+ bytes\); "
+    steps = [("INSERT OVERWRITE events PARTITION (ds = 'd1') VALUES (7, 3.0), (7, 3.0)",
+              f"{prefix}.events", "1 partition of " + re.escape(f"{prefix}.events") + " retracted and read again"),
+             ("INSERT OVERWRITE manual VALUES (2, 1.0), (2, 1.0)", f"{prefix}.manual",
+              re.escape("the UNION ALL branches reading it computed again, the others' rows kept")),
+             ("INSERT INTO manual VALUES (3, 3.0)", f"{prefix}.manual", r"appended 1 file \(\d+ bytes\)"),
+             ("INSERT OVERWRITE events PARTITION (ds = 'd2') SELECT 8, 8.0 WHERE false",
+              f"{prefix}.events", "1 partition of " + re.escape(f"{prefix}.events") + " retracted and read again")]
+    for step, (change, source, said) in enumerate(steps):
+        spark.sql(change)
+        gw.refresh("both", schedule_time=f"2030-01-0{step + 1} 00:00:00")
+        entry = gw.history("both", limit=1)[0]
+        assert entry["technique"] == "incremental", (step, entry["reason"], entry["sources"])
+        assert re.fullmatch((rewritten if "appended" not in said else "") + said, entry["sources"][source]), entry
+        assert _multiset(spark.table("both").collect()) == _multiset(spark.sql(query).collect())
 
 
 def test_a_corrected_dimension_is_joined_again_with_the_partials_kept_or_diffed(spark, gw):
@@ -250,8 +330,7 @@ def test_a_corrected_dimension_is_joined_again_with_the_partials_kept_or_diffed(
                    "weighted": "its previous content diffed with its files now, the difference joined"}
     incremental["lowest"] = incremental["by_region"]
     recomputed = {"heaviest": "a MIN or MAX over it is recomputed", "costs": "a DECIMAL sum over it is recomputed"}
-    for name, query in queries.items():
-        gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    _daily(gw, queries)
     corrections = ["INSERT OVERWRITE dims VALUES (0, 'a', 1), (1, 'c', 2), (2, 'b', 3), (2, 'b', 3), (6, 'd', 4), "
                    "(NULL, 'b', 1)",
                    "INSERT OVERWRITE dims VALUES (1, 'c', 2), (2, 'a', 7), (7, 'd', 1), (8, 'e', 2)"]
@@ -476,7 +555,7 @@ def test_every_shape_stays_equal_to_its_query(spark, tables):
                 rewritten = [s for s in sources if changed.get(s) == "rewritten"]
                 alone = len(rewritten) == 1 and not any(changed.get(s) for s in sources - set(rewritten))
                 rejoined = name in REJOINED and rewritten == ["dim"] and changed.get("sales") != "rewritten"
-                if alone and name in RETRACTING and rewritten == ["sales"] or rejoined:
+                if alone and rewritten[0] in RETRACTING.get(name, ()) or rejoined:
                     assert entry["technique"] == "incremental", said       # the rewritten days retracted
                 elif rewritten:
                     assert entry["technique"] in ("full", "partitions"), said

@@ -155,12 +155,13 @@ def test_a_write_killed_inside_the_store_leaves_no_temporary_file_for_long(spark
     # a day of a partitioned source rewritten: its partials retracted, the partials kept per day staged
     ("state-written", "", "partitioned"), ("partials-moved", "", "partitioned"), ("manifest", "", "partitioned"),
     ("partials-moved", "", "below"),        # joined with a dimension: its partials kept below the join
+    ("partials-moved", "", "chain"),        # over a table that retracted a day: its partials kept by that table's file
     # the same for a filter: its rows kept by day, the rewritten day's files replaced
     ("flattened", "", "linear"), ("published", "", "linear")])
 def test_sigkill_in_an_incremental_refresh_leaves_state_and_data_that_agree(spark, db, tmp_path, store_path,
                                                                             point, having, layout):
     source = str(tmp_path / "src")
-    partitioned = layout in ("partitioned", "linear", "below")
+    partitioned = layout in ("partitioned", "linear", "below", "chain")
     spark.sql(f"CREATE TABLE src (k INT, amount DOUBLE{', ds STRING' if partitioned else ''}) USING parquet "
               f"{'PARTITIONED BY (ds) ' if partitioned else ''}LOCATION '{source}'")
 
@@ -176,15 +177,22 @@ def test_sigkill_in_an_incremental_refresh_leaves_state_and_data_that_agree(spar
         query = "SELECT d.region, COUNT(*) AS n, SUM(s.amount) AS total, MIN(s.amount) AS lo FROM src s JOIN dm d " \
                 "ON s.k = d.k GROUP BY d.region"
     gateway = Gateway(spark, catalog_store=store_path)
+    upstream = ["up"] if layout == "chain" else []      # refreshed before the table reading it
+    if upstream:
+        gateway.execute("CREATE MATERIALIZED TABLE up WITH ('refresh.policy' = 'incremental') FRESHNESS = INTERVAL "
+                        "'1' DAY REFRESH_MODE = FULL AS SELECT k, amount, ds FROM src WHERE amount > 0")
+        query = query.replace("FROM src", "FROM up")
     gateway.execute(f"CREATE MATERIALIZED TABLE mt WITH ('refresh.policy' = 'incremental') FRESHNESS = INTERVAL '1' DAY "
                     f"REFRESH_MODE = FULL AS {query}")     # a tiny day is most of the source: auto would recompute
-    gateway.close()
     if partitioned:
         spark.sql("INSERT OVERWRITE src PARTITION (ds = 'a') VALUES (1, 0.5), (3, 4.0)")
     else:
         spark.sql("INSERT INTO src VALUES (1, 0.5), (3, 4.0)")
     if layout == "linear":       # two days: the filter's rows are written split by day, then moved up
         spark.sql("INSERT OVERWRITE src PARTITION (ds = 'b') VALUES (2, 5.0)")
+    for name in upstream:
+        gateway.execute(f"ALTER MATERIALIZED TABLE {name} REFRESH")
+    gateway.close()
     before = table_rows(spark, "mt")
 
     run_until_killed(tmp_path, "kill_incremental.py", store_path, f"file:{source}", str(tmp_path / "wh2"), db, point,
@@ -201,7 +209,8 @@ def test_sigkill_in_an_incremental_refresh_leaves_state_and_data_that_agree(spar
             changes.append("INSERT OVERWRITE dm VALUES (1, 'y'), (2, 'y'), (4, 'x')")
         for change in changes:        # the next refreshes build on what was left
             spark.sql(change)
-            restarted.execute("ALTER MATERIALIZED TABLE mt REFRESH")
+            for name in [*upstream, "mt"]:
+                restarted.execute(f"ALTER MATERIALIZED TABLE {name} REFRESH")
             assert table_rows(spark, "mt") == _query_rows(spark, query)
         assert restarted.history("mt", limit=1)[0]["technique"] == "incremental"
     finally:

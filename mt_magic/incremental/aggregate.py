@@ -9,6 +9,7 @@ import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from sqlglot import exp
 
@@ -47,6 +48,7 @@ class Aggregate:
     averaged: tuple[int, ...]           # the partials that are sums of an AVG (a DECIMAL one is refused)
     presence: int | None                # the partial counting a group's rows, where one is kept
     retracts: bool = False              # its state can take rows away (`retractable`)
+    per_group: ClassVar[bool] = True    # a state row per output row (before HAVING)
 
     @property
     def sources(self) -> tuple[str, ...]:

@@ -35,6 +35,8 @@ class Below:
 def below(rule: Aggregate, occurrence: int) -> Below | None:
     """The kept layout of `rule` over a join whose partials read only `occurrence`'s columns (each
     qualified by its alias); None where they do not, or where a column's table is not named."""
+    if not isinstance(rule, Aggregate):     # a top-N's rows are kept as they are
+        return None
     found = tables(rule.select)
     if len(found) < 2 or rule.select.args.get("laterals"):
         return None

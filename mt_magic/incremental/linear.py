@@ -35,14 +35,15 @@ class Linear:
     def full(self, names: Names) -> str:
         """The query with every occurrence reading its new files."""
         return " UNION ALL ".join(sql(replaced(branch, lambda j, start=start: names(start + j, Version.NEW)))
-                                  for branch, start in self._starts())
+                                  for branch, start in self.starts())
 
     def delta(self, appended: set[str], names: Names) -> str | None:
         """The rows the result gains from the appended sources; None when none of them is read."""
         return _union(_terms(branch, occurrences, start, appended, names)
-                      for (branch, start), occurrences in zip(self._starts(), self.occurrences, strict=True))
+                      for (branch, start), occurrences in zip(self.starts(), self.occurrences, strict=True))
 
-    def _starts(self) -> list[tuple[exp.Select, int]]:
+    def starts(self) -> list[tuple[exp.Select, int]]:
+        """Each branch, and the index of its first occurrence among the query's."""
         starts, at = [], 0
         for branch, occurrences in zip(self.branches, self.occurrences, strict=True):
             starts.append((branch, at))

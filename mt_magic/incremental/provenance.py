@@ -10,22 +10,30 @@ group whose rows reach zero disappears. A rule with MIN or MAX merges its state 
 partition's partials (a removed partial may have been the group's MIN): measured, one pass over the
 partials costs less than finding and deriving again only the groups that need it. A linear query's
 rows are tagged with their source partition instead (`tagged_rows`): the table keeps each partition's
-rows in files of their own, and a rewritten partition's are written again."""
+rows in files of their own, and a rewritten partition's are written again (the rows of UNION ALL
+branches that do not read the kept source are kept as one more partition, OTHER_BRANCHES). A top-N keeps
+its rows within N per partition and key, ranked again across partitions; a COUNT(DISTINCT …) its pairs
+with their counts (`distinct_pairs`). A materialized source keeps its files' names across its versions:
+what is derived from it can be kept by its file (FILE) instead of a partition."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import STATE_KEY, STATE_PARTIAL, Aggregate
 from mt_magic.incremental.linear import Linear, term_trees
 from mt_magic.incremental.occurrences import Names, replaced, sql, tables
+from mt_magic.incremental.topn import TopN
 
 SIGN = "mt_sign"             # a changed row's weight: +1 added, -1 removed
 PARTITION = "mt_partition"   # the provenance state's column naming the source partition a row came from
 # (its folders are listed: a name starting with "_" would hide them)
+OTHER_BRANCHES = "__mt_other_branches__"   # the partition the rows of UNION ALL branches not reading it are kept as
+FILE = "mt_file"             # a materialized source's rows kept by file: the column naming a row's file
 
 
 @dataclass(frozen=True)
@@ -36,15 +44,23 @@ class Provenance:
     column: str
 
 
-def kept_state(rule: Aggregate, provenance: Provenance, reading: Callable[[int], str]) -> str:
-    """The partials per source partition and group of the input occurrence i reads as `reading(i)`."""
+def kept_state(rule: Aggregate | TopN, provenance: Provenance, reading: Callable[[int], str]) -> str:
+    """The partials per source partition and group of the input occurrence i reads as `reading(i)` (a
+    top-N's: its rows within N per source partition and key)."""
+    if isinstance(rule, TopN):
+        return _within(rule, sql(_tagged(replaced(rule.ranked, reading), provenance)))
     return sql(_by_partition(rule, replaced(rule.select, reading), provenance))
 
 
-def appended_state(rule: Aggregate, provenance: Provenance, appended: set[str], names: Names,
+def appended_state(rule: Aggregate | TopN, provenance: Provenance, appended: set[str], names: Names,
                    merging: str | None = None) -> str:
     """The appended rows' partials per source partition and group (the bilinear rule's terms);
     `merging`: kept partials (with their partition) merged into them, a partition's files made one."""
+    if isinstance(rule, TopN):
+        terms = [sql(_tagged(term, provenance)) for term in term_trees(rule.ranked, rule.occurrences, 0, appended, names)]
+        if merging is not None:
+            terms.append(f"SELECT {', '.join([*rule.state_columns, PARTITION])} FROM {merging}")
+        return _within(rule, " UNION ALL ".join(terms))
     terms = [sql(_by_partition(rule, term, provenance, rows=True))
              for term in term_trees(rule.select, rule.occurrences, 0, appended, names)]
     keys = [PARTITION] + _keys(rule)
@@ -54,8 +70,11 @@ def appended_state(rule: Aggregate, provenance: Provenance, appended: set[str], 
     return f"SELECT {', '.join(keys + _merges(rule))} FROM ({union}) AS appended GROUP BY {', '.join(keys)}"
 
 
-def merged_partitions(rule: Aggregate, kept: str) -> str:
-    """The per-group state from a provenance state: each group's partials merged over partitions."""
+def merged_partitions(rule: Aggregate | TopN, kept: str) -> str:
+    """The per-group state from a provenance state: each group's partials merged over partitions (a
+    top-N's rows ranked again across them)."""
+    if isinstance(rule, TopN):
+        return rule.within(f"SELECT {', '.join(rule.state_columns)} FROM {kept}")
     keys = _keys(rule)
     group = f" GROUP BY {', '.join(keys)}" if keys else ""
     return f"SELECT {', '.join(keys + _merges(rule))} FROM {kept}{group}"
@@ -91,28 +110,56 @@ def signed_state(rule: Aggregate, provenance: Provenance, reading: Callable[[int
     return f"SELECT {', '.join(keys + sums)} FROM ({sql(rows)}) AS weighed GROUP BY {', '.join(keys)}"
 
 
-def subtracts(rule: Aggregate) -> bool:
+def by_file(tree: exp.Select) -> bool:
+    """A query can keep what it derives by the file of a source it reads: the name of each row's file
+    rides in its relation as one more column (FILE), which a `*` would output."""
+    return not any(e.is_star for e in tree.expressions)
+
+
+def subtracts(rule: Aggregate | TopN) -> bool:
     """Every partial is a count or a sum, which a removed partition's partial is subtracted from; a MIN
-    or MAX is merged again from every partition's partials instead (a removed one may have been it)."""
-    return all(p.merge == "SUM" for p in rule.partials)
+    or MAX is merged again from every partition's partials instead (a removed one may have been it),
+    as a top-N's rows are ranked again."""
+    return isinstance(rule, Aggregate) and all(p.merge == "SUM" for p in rule.partials)
 
 
-def tagged_rows(rule: Linear, provenance: Provenance, reading: Callable[[int], str]) -> str:
-    """A one-branch linear query, occurrence i reading `reading(i)`, each row tagged with the source
-    partition it came from (the kept occurrence's): a rewritten partition's rows are found by it."""
-    return sql(_tagged(replaced(rule.branches[0], reading), provenance))
+class Branches(Enum):
+    """Which UNION ALL branches of a linear query a tagged query holds."""
+
+    ALL = "all"
+    KEPT = "kept"           # the one reading the kept occurrence
+    OTHERS = "others"       # the others, tagged OTHER_BRANCHES
+
+
+def tagged_rows(rule: Linear, provenance: Provenance, reading: Callable[[int], str],
+                branches: Branches = Branches.ALL) -> str:
+    """A linear query, occurrence i reading `reading(i)`, each row tagged with the source partition it
+    came from (the kept occurrence's; a UNION ALL branch that does not read it, OTHER_BRANCHES): a
+    rewritten partition's rows are found by it."""
+    trees = []
+    for (branch, start), occurrences in zip(rule.starts(), rule.occurrences, strict=True):
+        kept = start <= provenance.occurrence < start + len(occurrences)
+        if branches is Branches.ALL or kept == (branches is Branches.KEPT):
+            trees.append(_tagged(replaced(branch, lambda j, at=start: reading(at + j)), provenance, start))
+    return " UNION ALL ".join(sql(tree) for tree in trees)
 
 
 def tagged_change(rule: Linear, provenance: Provenance, appended: set[str], names: Names) -> str | None:
-    """The rows a one-branch linear query gains from the appended sources (the bilinear rule's terms),
-    tagged as `tagged_rows`; None when none of them is read."""
-    terms = [sql(_tagged(term, provenance))
-             for term in term_trees(rule.branches[0], rule.occurrences[0], 0, appended, names)]
+    """The rows a linear query gains from the appended sources (the bilinear rule's terms), tagged as
+    `tagged_rows`; None when none of them is read."""
+    terms = [sql(_tagged(term, provenance, start))
+             for (branch, start), occurrences in zip(rule.starts(), rule.occurrences, strict=True)
+             for term in term_trees(branch, occurrences, start, appended, names)]
     return " UNION ALL ".join(terms) or None
 
 
-def _tagged(tree: exp.Select, provenance: Provenance) -> exp.Select:
-    tree.set("expressions", [*tree.expressions, exp.alias_(partition_expression(provenance, tree), PARTITION)])
+def _tagged(tree: exp.Select, provenance: Provenance, start: int = 0) -> exp.Select:
+    """`tree`'s rows with their partition last; `start`: the index of its first occurrence (a UNION ALL
+    branch's), one that does not read the kept occurrence tagging its rows OTHER_BRANCHES."""
+    local = provenance.occurrence - start
+    tag = partition_expression(Provenance(local, provenance.column), tree) \
+        if 0 <= local < len(tables(tree)) else exp.Literal.string(OTHER_BRANCHES)
+    tree.set("expressions", [*tree.expressions, exp.alias_(tag, PARTITION)])
     return tree
 
 
@@ -121,6 +168,11 @@ def partition_expression(provenance: Provenance, tree: exp.Select) -> exp.Expres
     table = tables(tree)[provenance.occurrence]
     column = exp.column(exp.to_identifier(provenance.column, quoted=True), table=table.alias_or_name)
     return exp.cast(column, exp.DataType.build("STRING"))
+
+
+def _within(rule: TopN, candidates: str) -> str:
+    """A top-N's candidate rows (with their partition) within N per source partition and key, unranked."""
+    return f"SELECT {', '.join([*rule.state_columns, PARTITION])} FROM ({rule.within(candidates, PARTITION)}) AS kept"
 
 
 def _by_partition(rule: Aggregate, tree: exp.Select, provenance: Provenance, rows: bool = False) -> exp.Select:

@@ -37,14 +37,14 @@ class TopN:
 
     def state(self, names: Names, version: Version = Version.NEW) -> str:
         """The ranked rows within N of the whole input."""
-        return self._ranked(sql(replaced(self.ranked, lambda i: names(i, version))))
+        return self.within(sql(replaced(self.ranked, lambda i: names(i, version))))
 
     def merged(self, old_state: str, appended: set[str], names: Names) -> str | None:
         terms = [sql(term) for term in term_trees(self.ranked, self.occurrences, 0, appended, names)]
         if not terms:
             return None
-        columns = ", ".join(self._inputs())
-        return self._ranked(" UNION ALL ".join([f"SELECT {columns} FROM {old_state}"] + terms))
+        columns = ", ".join(self.state_columns)
+        return self.within(" UNION ALL ".join([f"SELECT {columns} FROM {old_state}"] + terms))
 
     def output(self, state: str, names: Sequence[str]) -> str:
         outer = self.outer.copy()
@@ -53,12 +53,24 @@ class TopN:
                                   for e, n in zip(outer.expressions, names, strict=True)])
         return sql(outer)
 
-    def _inputs(self) -> list[str]:
-        return [quoted(_output_name(e)) for e in self.ranked.expressions]
+    @property
+    def state_names(self) -> list[str]:
+        """The ranked rows' columns but the rank (computed again wherever rows are merged)."""
+        return [_output_name(e) for e in self.ranked.expressions]
 
-    def _ranked(self, candidates: str) -> str:
-        return (f"SELECT * FROM (SELECT *, {sql(self.window)} AS {quoted(self.rank)} FROM ({candidates}) AS cand) "
+    @property
+    def state_columns(self) -> list[str]:
+        return [quoted(name) for name in self.state_names]
+
+    def within(self, candidates: str, by: str | None = None) -> str:
+        """The candidates' rows within N per key (`by`: and per value of that column too), ranked."""
+        window = self.window
+        if by is not None:
+            window = window.copy()
+            window.set("partition_by", [exp.column(by), *(p.copy() for p in window.args.get("partition_by") or ())])
+        return (f"SELECT * FROM (SELECT *, {sql(window)} AS {quoted(self.rank)} FROM ({candidates}) AS cand) "
                 f"AS ranked WHERE {quoted(self.rank)} <= {self.limit}")
+
 
 
 _RANKS = (exp.RowNumber, exp.Rank, exp.DenseRank)

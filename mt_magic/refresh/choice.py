@@ -6,6 +6,7 @@ change is expected to cost less than recomputing it (`mt_magic.incremental.cost`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import threading
 import time
@@ -21,10 +22,11 @@ from mt_magic.catalog.model import MaterializedTable
 from mt_magic.config import REFRESH_POLICY
 from mt_magic.errors import MaterializedTableError
 from mt_magic.incremental.below_join import below, kept_columns
+from mt_magic.incremental.distinct_pairs import retractable
 from mt_magic.incremental.cost import Estimate, SourceBytes, estimate, estimate_below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
-from mt_magic.incremental.provenance import Provenance
+from mt_magic.incremental.provenance import FILE, Provenance, by_file
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
 from mt_magic.refresh.provenance_state import Keeping, Retraction
 from mt_magic.spark.query_plans import analysed_operators
@@ -61,6 +63,7 @@ class Reading:
     # Spark's own relation of the table reads what a snapshot lists: one folder of files, not
     # partitioned (a partition the catalog does not know is not read), not a materialized table.
     as_listed: bool = False
+    file_column: str | None = None      # each row carries the name of its file (a table keeping by FILE)
 
 
 @dataclass(frozen=True)
@@ -224,8 +227,10 @@ class Chooser:
             return Known(rule, {})
         readings = {source: self.reading(source) for source in dict.fromkeys(rule.sources)}
         keeping = _keeping(table, rule, readings, self.snapshots.store.get)
-        if keeping is not None and isinstance(rule, Aggregate):
-            rule = rule.retractable
+        if keeping is not None and keeping.provenance.column == FILE:
+            readings[keeping.source] = dataclasses.replace(readings[keeping.source], file_column=FILE)
+        if keeping is not None and isinstance(rule, (Aggregate, DistinctCount)):
+            rule = retractable(rule)
         if manifest is None or any(isinstance(r, str) for r in readings.values()):
             return Known(rule, readings, keeping=keeping)
         kept = (not isinstance(rule, STATEFUL) or manifest.state is not None and self.files.exists(manifest.state)) \
@@ -255,22 +260,31 @@ class Chooser:
 
 def _keeping(table: MaterializedTable, rule: Rule, readings: dict[str, Reading | str],
              materialized: Callable[[str], Any]) -> Keeping | None:
-    """An aggregate over a partitioned plain source (read once) keeps its partials per partition of the
-    first such source, and a one-branch linear query its rows, so that a rewritten partition can be
-    retracted. The partition's folder text is the column's value as text for string, whole-number and
-    date columns."""
-    linear = isinstance(rule, Linear) and len(rule.branches) == 1
-    if type(rule) is not Aggregate and not linear or table.partition_keys:
+    """An aggregate (a COUNT(DISTINCT …), a top-N) over a partitioned plain source (read once) keeps its
+    partials per partition of the first such source, and a linear query its rows (those of UNION ALL
+    branches not reading it apart), so that a rewritten partition can be retracted. The partition's folder text is the column's value as text for string, whole-number and
+    date columns. Over no such source, an unpartitioned materialized source (whose files keep their
+    names in every version they are carried into) keeps them by its file: a retracted file's rows."""
+    if type(rule) not in (Aggregate, DistinctCount, TopN, Linear) or table.partition_keys:
         return None
+    once = {source: isinstance(readings.get(source), Reading) and rule.sources.count(source) == 1
+            for source in rule.sources}
     for index, source in enumerate(rule.sources):
         reading = readings.get(source)
-        if not isinstance(reading, Reading) or not reading.partition_columns or rule.sources.count(source) != 1 \
-                or materialized(source) is not None:
+        if not once[source] or not reading.partition_columns or materialized(source) is not None:
             continue
         column = reading.partition_columns[0]
         field = next((f for f in reading.schema.fields if f.name.lower() == column.lower()), None)
         if field is not None and isinstance(field.dataType, _PARTITION_TYPES):
             return Keeping(source, Provenance(index, field.name))
+    if not all(map(by_file, rule.branches if isinstance(rule, Linear) else
+                   [rule.ranked if isinstance(rule, TopN) else rule.select])):
+        return None
+    for index, source in enumerate(rule.sources):
+        reading = readings.get(source)
+        if once[source] and materialized(source) is not None and not reading.partition_columns and \
+                FILE not in (name.lower() for name in reading.schema.fieldNames()):
+            return Keeping(source, Provenance(index, FILE))
     return None
 
 
@@ -280,6 +294,9 @@ def _fits(rule: Rule, manifest: Manifest, keeping: Keeping | None) -> bool:
     if isinstance(rule, Linear):
         return keeping is None or isinstance(manifest.kept, KeptRows) and \
             manifest.kept.fits(keeping.source, keeping.provenance)
+    if isinstance(rule, TopN):
+        return keeping is None or isinstance(manifest.kept, KeptState) and \
+            manifest.kept.fits(keeping.source, keeping.provenance, rule.state_names)
     if not isinstance(rule, Aggregate):
         return True
     columns = [c[len(CARRIED):] if c.startswith(CARRIED) else c for c in manifest.state_columns]

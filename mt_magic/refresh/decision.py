@@ -16,14 +16,14 @@ from mt_magic.catalog.model import MaterializedTable, Target
 from mt_magic.config import REFRESH_POLICY
 from mt_magic.incremental.below_join import below
 from mt_magic.incremental.cost import Estimate
-from mt_magic.incremental.provenance import subtracts
-from mt_magic.incremental.rules import Aggregate, Recompute, Rule
+from mt_magic.incremental.provenance import OTHER_BRANCHES, subtracts
+from mt_magic.incremental.rules import Aggregate, Linear, Recompute, Rule, TopN
 from mt_magic.refresh.changes import (Change, Relative, Snapshot, SourceChange, SourceDelta, compare, deltas,
                                       volatile)
 from mt_magic.refresh.choice import STATEFUL, Choice, Known, Reading
-from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, changed_partitions, partition_of
+from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, changed_partitions, counted, partition_of
 from mt_magic.spark.files import Listing
-from mt_magic.storage.manifests import KeptState, Manifest
+from mt_magic.storage.manifests import KeptRows, KeptState, Manifest
 
 SKIP_REASON = "no source changed since the table last matched them"
 RETRACTED_SHARE = 0.5        # above it, retracting a source's rewritten partitions costs more than recomputing
@@ -139,25 +139,39 @@ def retracting(situation: Situation, source: str) -> Retraction | str:
     if any(change is not SourceChange.UNCHANGED for change in others):
         return f"{rewritten} and another source changed"
     if keeping.source != source:
-        return _diffed(situation, source, now)
+        return _other_branches(situation, source) or _diffed(situation, source, now)
     partitions, files = changed_partitions(before, now, keeping.provenance.column)
-    if "" in partitions:
+    if partitions & {"", OTHER_BRANCHES}:       # files outside partition folders, or a partition named as ours
         return rewritten
     if situation.table.options.get(REFRESH_POLICY, "auto") == "auto":
         touched = sum(size for listing in (before, now) for path, (size, _) in listing.items()
                       if partition_of(path, keeping.provenance.column) in partitions)
         if touched > RETRACTED_SHARE * max(sum(size for size, _ in now.values()), 1):
-            return f"most of {source} was rewritten ({len(partitions)} partitions)"
-    return Retraction(source, tuple(sorted(partitions)), tuple(files))
+            return f"most of {source} was rewritten ({counted(partitions, keeping.provenance.column)})"
+    return Retraction(source, tuple(sorted(partitions)), tuple(files), column=keeping.provenance.column)
+
+
+def _other_branches(situation: Situation, source: str) -> Retraction | None:
+    """A source read only by the UNION ALL branches that do not read the kept one: those branches'
+    rows are computed again, the kept branch's stay."""
+    rule, keeping = situation.known.rule, situation.known.keeping
+    if not isinstance(rule, Linear) or not isinstance(situation.manifest.kept, KeptRows):
+        return None
+    for (_, start), occurrences in zip(rule.starts(), rule.occurrences, strict=True):
+        if start <= keeping.provenance.occurrence < start + len(occurrences):
+            return None if source in occurrences else Retraction(source, (OTHER_BRANCHES,), (), Way.BRANCHES)
+    return None
 
 
 def _diffed(situation: Situation, source: str, now: Listing) -> Retraction | str:
     """A small source rewritten is diffed with the content the state kept of it, where its partials
     subtract (a MIN or MAX over it is recomputed)."""
     kept, rule = situation.manifest.kept, situation.known.rule
-    if not isinstance(kept, KeptState) or source not in kept.previous:
+    if isinstance(rule, TopN):
+        return f"{source} was rewritten (a top-N over it is recomputed)"
+    if not isinstance(rule, Aggregate) or not isinstance(kept, KeptState) or source not in kept.previous:
         return f"{source} was rewritten"
-    if not isinstance(rule, Aggregate) or not subtracts(rule):
+    if not subtracts(rule):
         return f"{source} was rewritten (a MIN or MAX over it is recomputed)"
     if '"decimal' in kept.schema:      # a weighed partial's DECIMAL type is not the kept one's
         return f"{source} was rewritten (a DECIMAL sum over it is recomputed)"

@@ -23,13 +23,13 @@ from typing import Any
 
 from mt_magic.catalog.model import MaterializedTable, Storage, Target
 from mt_magic.incremental.occurrences import Version
-from mt_magic.incremental.provenance import PARTITION, tagged_change, tagged_rows
-from mt_magic.incremental.rules import Aggregate, Linear
+from mt_magic.incremental.provenance import OTHER_BRANCHES, PARTITION, Branches, tagged_change, tagged_rows
+from mt_magic.incremental.rules import Aggregate, Linear, TopN
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.kept_partials import KeptPartials, Staged
 from mt_magic.refresh.kept_rows import RowsByPartition, merged
-from mt_magic.refresh.provenance_state import Keeping, Retraction, partition_of
+from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, partition_of
 from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.choice import Reading, Stateful, table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
@@ -93,7 +93,7 @@ class Maintainer:
                     return self._kept_rows(table, rule, changes, relations, keeping, manifest.kept, retraction)
                 return self._append(table, rule, changes, relations)
             old = relations.add("old_state", read_state(self.spark, table, manifest))
-            if keeping is not None and isinstance(rule, Aggregate):
+            if keeping is not None and isinstance(rule, (Aggregate, TopN)):
                 staged = self.partials.change(table, rule, keeping, manifest, old, appended, retraction, relations)
                 return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
             within = partitioning_key(table, rule, manifest)
@@ -120,7 +120,7 @@ class Maintainer:
                                                           lambda i: names.name(i, Version.NEW)), relations, keeping)
             if isinstance(rule, Linear):
                 return self._rewritten(table, rule.full(names.name), relations)
-            if keeping is not None and isinstance(rule, Aggregate):
+            if keeping is not None and isinstance(rule, (Aggregate, TopN)):
                 staged = self.partials.whole(table, rule, keeping, relations)
                 return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
             return self._stateful(table, rule, rule.state(names.name), relations)
@@ -153,12 +153,15 @@ class Maintainer:
             query = tagged_change(rule, keeping.provenance, appended, names.name)
             reached = {partition_of(path, keeping.provenance.column) for path in changes[keeping.source].added}
             only = next(iter(reached)) if appended == {keeping.source} and len(reached) == 1 else None
+        elif retraction.way is Way.BRANCHES:        # the branches not reading the kept source, over their files now
+            only, dropped = OTHER_BRANCHES, {OTHER_BRANCHES}
+            query = tagged_rows(rule, keeping.provenance, lambda i: names.name(i, Version.NEW), Branches.OTHERS)
         else:
             only = retraction.partitions[0] if len(retraction.partitions) == 1 else None
             occurrence, dropped = keeping.provenance.occurrence, set(retraction.partitions)
             changed = relations.add("kept_changed", relations.source_files(rule.sources[occurrence], retraction.files))
             query = tagged_rows(rule, keeping.provenance,
-                                lambda i: changed if i == occurrence else names.name(i, Version.NEW))
+                                lambda i: changed if i == occurrence else names.name(i, Version.NEW), Branches.KEPT)
         stages = [self.storage.new_version(table)]
         try:
             with relations.query(_shaped(table, query, keeping)) as frame:

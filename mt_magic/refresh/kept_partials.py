@@ -22,7 +22,7 @@ from mt_magic.incremental.occurrences import Version
 from mt_magic.config import SMALL_SOURCE_DEFAULT, SMALL_SOURCE_SIZE, parse_size
 from mt_magic.incremental.provenance import (PARTITION, SIGN, appended_state, kept_state, merged_partitions,
                                              retracted, signed_state, subtracts)
-from mt_magic.incremental.rules import Aggregate
+from mt_magic.incremental.rules import Aggregate, TopN
 from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.kept_below import KeptBelow
 from mt_magic.refresh.provenance_state import (FILES_KEPT, Keeping, Retraction, Way, assemble, files_in,
@@ -61,7 +61,7 @@ class KeptPartials:
         self.storage = storage
         self.below = KeptBelow(self)
 
-    def whole(self, table: MaterializedTable, rule: Aggregate, keeping: Keeping, relations: Relations) -> Staged:
+    def whole(self, table: MaterializedTable, rule: Aggregate | TopN, keeping: Keeping, relations: Relations) -> Staged:
         """A recompute: the whole input's partials, and the state merged from them."""
         kept = below(rule, keeping.provenance.occurrence)
         if kept is not None:
@@ -72,7 +72,7 @@ class KeptPartials:
         added = relations.add("kept_added", self.read(relations, stage, schema))
         return Staged(merged_partitions(rule, added), stage, schema.json(), keeping, _small(table, rule, keeping, relations))
 
-    def change(self, table: MaterializedTable, rule: Aggregate, keeping: Keeping, manifest: Manifest, old: str,
+    def change(self, table: MaterializedTable, rule: Aggregate | TopN, keeping: Keeping, manifest: Manifest, old: str,
                appended: set[str], retraction: Retraction | None, relations: Relations) -> Staged:
         """The state after the change: appended rows' partials added, or the rewritten partitions'
         partials before subtracted and their partials now added."""
@@ -168,9 +168,13 @@ class KeptPartials:
         return relations.files(FORMAT, schema, sorted(paths), (PARTITION,) if partition else ())
 
 
-def _small(table: MaterializedTable, rule: Aggregate, keeping: Keeping, relations: Relations) -> dict[str, tuple[str, ...]]:
+def _small(table: MaterializedTable, rule: Aggregate | TopN, keeping: Keeping,
+           relations: Relations) -> dict[str, tuple[str, ...]]:
     """The sources besides the kept one whose content is kept too: read once, unpartitioned, at most
-    'refresh.small-source.max-size' (their files as this refresh read them)."""
+    'refresh.small-source.max-size' (their files as this refresh read them); a top-N keeps none (its
+    rows are not diffed)."""
+    if isinstance(rule, TopN):
+        return {}
     limit = parse_size(table.options.get(SMALL_SOURCE_SIZE, SMALL_SOURCE_DEFAULT), SMALL_SOURCE_SIZE)
     return {source: relations.changes[source].files for source in dict.fromkeys(rule.sources)
             if source != keeping.source and rule.sources.count(source) == 1

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from mt_magic.incremental.provenance import PARTITION, Provenance
+from mt_magic.incremental.provenance import FILE, PARTITION, Provenance
 from mt_magic.spark.files import Files, Listing
 from mt_magic.storage.manifests import KeptState
 from mt_magic.storage.versions import same_path
@@ -41,6 +41,7 @@ class Way(Enum):
     PARTITIONS = "partitions"   # the kept source's: its rewritten partitions' partials out, their files now in
     DIFFED = "diffed"           # a small source's: its content kept diffed with its files now, the difference joined
     REJOINED = "rejoined"       # another source's: the partials kept below the joins joined with it again
+    BRANCHES = "branches"       # a source of UNION ALL branches not reading the kept one: those branches' rows again
 
 
 @dataclass(frozen=True)
@@ -53,14 +54,22 @@ class Retraction:
     files: tuple[str, ...]
     way: Way = Way.PARTITIONS
     kept_by: str = ""           # REJOINED: the source whose partials are kept below the joins
+    column: str = ""            # PARTITIONS: the kept source's partition column (FILE: by its files)
 
     def describe(self) -> str:
         if self.way is Way.DIFFED:
             return "its previous content diffed with its files now, the difference joined"
+        if self.way is Way.BRANCHES:
+            return "the UNION ALL branches reading it computed again, the others' rows kept"
         if self.way is Way.REJOINED:
             return f"its files now joined with the partials kept of {self.kept_by}, whose rows are not read again"
-        count = len(self.partitions)
-        return f"{count} partition{'s' if count != 1 else ''} of {self.source} retracted and read again"
+        return f"{counted(self.partitions, self.column)} of {self.source} retracted and read again"
+
+
+def counted(partitions: tuple[str, ...] | set[str], column: str) -> str:
+    """"2 partitions", or, kept by FILE, "2 files"."""
+    noun = "file" if column == FILE else "partition"
+    return f"{len(partitions)} {noun}{'s' if len(partitions) != 1 else ''}"
 
 
 def keep_previous(files: Files, version: str, sources: dict[str, tuple[str, ...]]) -> dict[str, str]:
@@ -81,7 +90,10 @@ def keep_previous(files: Files, version: str, sources: dict[str, tuple[str, ...]
 
 
 def partition_of(path: str, column: str) -> str:
-    """The text of a file's `column=…` folder (the last such folder of its path; "" where none)."""
+    """The text of a file's `column=…` folder (the last such folder of its path; "" where none); kept
+    by FILE, the file's name."""
+    if column == FILE:
+        return path.rsplit("/", 1)[-1]
     match = list(re.finditer(rf"/{re.escape(column)}=([^/]*)/", path, re.IGNORECASE))
     return match[-1].group(1) if match else ""
 
@@ -97,7 +109,10 @@ def partitions(listing: Listing, column: str) -> dict[str, Listing]:
 def changed_partitions(before: Listing, now: Listing, column: str) -> tuple[set[str], list[str]]:
     """The partitions whose files differ (rewritten, gone, new) and the files they have now."""
     old, new = partitions(before, column), partitions(now, column)
-    changed = {p for p in old.keys() | new.keys() if old.get(p) != new.get(p)}
+    if column == FILE:      # a file keeps its name in the versions it is carried into, not its path
+        changed = old.keys() ^ new.keys()
+    else:
+        changed = {p for p in old.keys() | new.keys() if old.get(p) != new.get(p)}
     return changed, sorted(path for p in changed for path in new.get(p, {}))
 
 

@@ -71,7 +71,7 @@ class Relations:
             for version, files in ((Version.OLD, change.kept), (Version.NEW, change.files),
                                    (Version.DELTA, change.added)):
                 build = functools.partial(files_frame, self.spark, reading.format, reading.schema,
-                                          reading.options, files, reading.partition_columns)
+                                          reading.options, files, reading.partition_columns, reading.file_column)
                 self.frames[names.relation(index, version)] = \
                     functools.partial(self._counted, build) if version is Version.DELTA else build
         return names
@@ -85,7 +85,7 @@ class Relations:
         """Some of a source's files, read alone."""
         reading = self.readings[source]
         return files_frame(self.spark, reading.format, reading.schema, reading.options, files,
-                           reading.partition_columns)
+                           reading.partition_columns, reading.file_column)
 
     def _counted(self, build: Callable[[], Any]) -> Any:
         """An appended files' frame that counts the rows read through it, with no job of its own."""

@@ -13,6 +13,7 @@ from typing import Any
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from mt_magic.spark.kind import is_connect
 from mt_magic.sql.statements import quote_identifier
@@ -56,11 +57,14 @@ def _observed_rows(observation: Observation, unreported: int | None) -> int | No
 
 
 def files_frame(spark: Any, fmt: str, schema: Any, options: dict[str, str], files: Sequence[str],
-                partition_columns: Sequence[str]) -> Any:
+                partition_columns: Sequence[str], file_column: str | None = None) -> Any:
     """The rows of exactly these files of a table, with its schema (partition values from the
-    `column=value` folders). Files of several version folders are read per folder and unioned."""
+    `column=value` folders). Files of several version folders are read per folder and unioned.
+    `file_column`: each row also carries the name of its file (a view hides Spark's `_metadata`)."""
+    names = schema.fieldNames() + ([file_column] if file_column else [])
     if not files:
-        return spark.createDataFrame([], schema)
+        return spark.createDataFrame([], T.StructType(schema.fields + (
+            [T.StructField(file_column, T.StringType())] if file_column else [])))
     groups: dict[str | None, list[str]] = {}
     for path in files:
         groups.setdefault(_base(path, partition_columns), []).append(path)
@@ -69,13 +73,14 @@ def files_frame(spark: Any, fmt: str, schema: Any, options: dict[str, str], file
         reader = spark.read.format(fmt).schema(schema).options(**options)
         if base is not None:
             reader = reader.option("basePath", base)
-        frames.append(reader.load(paths))
+        frame = reader.load(paths)
+        frames.append(frame.select("*", F.col("_metadata.file_name").alias(file_column)) if file_column else frame)
     if len(frames) == 1 and not partition_columns and not any("=" in path for path in files):
         return frames[0]    # the reader's columns are the schema's, in order (no folder reads as a column)
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other)
-    return frame.select(*[F.col(quote_identifier(name)) for name in schema.fieldNames()])
+    return frame.select(*[F.col(quote_identifier(name)) for name in names])
 
 
 _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
