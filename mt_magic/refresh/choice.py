@@ -227,6 +227,10 @@ class Chooser:
             return Known(rule, {})
         readings = {source: self.reading(source) for source in dict.fromkeys(rule.sources)}
         keeping = _keeping(table, rule, readings, self.snapshots.store.get)
+        if keeping is not None and table.partition_keys and \
+                (isinstance(rule, Linear) or keeping.source.lower() in self.snapshots.lineage(table).columns):
+            keeping = None      # a linear table's rows lie in its own partitions; partitioned like the
+            # source, the refresh rewrites the source's changed partitions
         if keeping is not None and keeping.provenance.column == FILE:
             readings[keeping.source] = dataclasses.replace(readings[keeping.source], file_column=FILE)
         if keeping is not None and isinstance(rule, (Aggregate, DistinctCount)):
@@ -265,7 +269,7 @@ def _keeping(table: MaterializedTable, rule: Rule, readings: dict[str, Reading |
     branches not reading it apart), so that a rewritten partition can be retracted. The partition's folder text is the column's value as text for string, whole-number and
     date columns. Over no such source, an unpartitioned materialized source (whose files keep their
     names in every version they are carried into) keeps them by its file: a retracted file's rows."""
-    if type(rule) not in (Aggregate, DistinctCount, TopN, Linear) or table.partition_keys:
+    if type(rule) not in (Aggregate, DistinctCount, TopN, Linear):
         return None
     once = {source: isinstance(readings.get(source), Reading) and rule.sources.count(source) == 1
             for source in rule.sources}
