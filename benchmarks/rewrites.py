@@ -120,9 +120,9 @@ def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
     found: list[tuple] = []
 
     def round_(change: str, tables: dict[str, str]) -> None:
+        fire = _fire()          # one fire for the round: a chained table's waits for its upstream's
         for name, query in tables.items():
             gc.collect()
-            fire = _fire()
             before = jobs_of(spark, gateway, name)
             took = timed(lambda n=name: gateway.refresh(n, schedule_time=fire))
             jobs = jobs_of(spark, gateway, name) - before
@@ -144,8 +144,9 @@ def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
     _change_dimension(spark)
     round_("10 dimension rows changed", {"joined": TABLES["joined"]})
     _fill(spark, rows, rows, first_day=DAYS)      # 60 days more: the rewritten day stays as it was
+    fire = _fire()
     for name in TABLES:          # the tables catch up with the doubled data, untimed
-        gateway.refresh(name, schedule_time=_fire())
+        gateway.refresh(name, schedule_time=fire)
     first = next(iter(CHANGES))
     CHANGES[first](spark)
     round_(f"doubled: {first}", TABLES)
