@@ -72,7 +72,6 @@ class TopN:
                 f"AS ranked WHERE {quoted(self.rank)} <= {self.limit}")
 
 
-
 _RANKS = (exp.RowNumber, exp.Rank, exp.DenseRank)
 _WINDOW_INPUT = "_w"
 
