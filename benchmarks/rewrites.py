@@ -42,15 +42,18 @@ DAY = "2024-01-07"
 LAG_FRESHNESS_S, LAG_SECONDS, EVERY_S = 2, 60, 10
 # The floor of an aggregate's day rewrite, by hand in plain Spark: the day's partials computed and
 # written (one job), then the result merged from every day's partials (one job) — what keeping
-# partials per day needs at least, whoever keeps them. A filter's: the day's rows filtered and written
-# over that day of a copy kept by day — the one INSERT OVERWRITE … PARTITION a user would run, which
-# commits its files and the day's partition as a refresh publishes its version.
+# partials per day needs at least, whoever keeps them (the chain's: over the filter's rows, which carry
+# their day). A filter's: the day's rows filtered and written over that day of a copy kept by day — the
+# one INSERT OVERWRITE … PARTITION a user would run, which commits its files and the day's partition as a
+# refresh publishes its version. Per table: the table the day is read from, its partials, the result.
 HAND = {
-    "filtered": ("SELECT id, k, amount, ds FROM {fact} WHERE amount > 90", None),
-    "by_key": ("SELECT k, COUNT(*) AS n, SUM(amount) AS s, MIN(amount) AS lo, ds FROM {fact} GROUP BY ds, k",
+    "filtered": ("rfact", "SELECT id, k, amount, ds FROM {fact} WHERE amount > 90", None),
+    "by_key": ("rfact", "SELECT k, COUNT(*) AS n, SUM(amount) AS s, MIN(amount) AS lo, ds FROM {fact} GROUP BY ds, k",
                "SELECT k, SUM(n) AS n, SUM(s) AS s, MIN(lo) AS lo FROM {parts} GROUP BY k"),
-    "joined": ("SELECT d.region, SUM(f.amount) AS s, COUNT(*) AS n, f.ds FROM {fact} f JOIN rdim d ON f.k = d.k "
-               "GROUP BY f.ds, d.region", "SELECT region, SUM(s) AS s, SUM(n) AS n FROM {parts} GROUP BY region"),
+    "joined": ("rfact", "SELECT d.region, SUM(f.amount) AS s, COUNT(*) AS n, f.ds FROM {fact} f JOIN rdim d "
+               "ON f.k = d.k GROUP BY f.ds, d.region", "SELECT region, SUM(s) AS s, SUM(n) AS n FROM {parts} GROUP BY region"),
+    "chained": ("filtered", "SELECT k, COUNT(*) AS n, SUM(amount) AS s, ds FROM {fact} GROUP BY ds, k",
+                "SELECT k, SUM(n) AS n, SUM(s) AS s FROM {parts} GROUP BY k"),
 }
 fires = itertools.count()
 
@@ -90,8 +93,8 @@ def _change_dimension(spark) -> None:
 def _by_hand(spark, name: str, folder: str) -> float:
     """The floor (see HAND): the time of its two jobs (a filter's: its one statement); the day's partials then
     replace the kept ones."""
-    partials, result = HAND[name]
-    day = f"(SELECT * FROM rfact WHERE ds = '{DAY}')"
+    source, partials, result = HAND[name]
+    day = f"(SELECT * FROM {source} WHERE ds = '{DAY}')"
     if result is None:
         return timed(lambda: spark.sql(f"INSERT OVERWRITE hand_{name} PARTITION (ds = '{DAY}') "
                                        f"SELECT * EXCEPT (ds) FROM ({partials.format(fact=day)}) AS rows"))
@@ -114,8 +117,8 @@ def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
         gateway.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL "
                         f"AS {query}")
         spark.sql(f"CREATE TABLE plain_{name} USING parquet AS {query} LIMIT 0")
-    for name, (partials, _) in HAND.items():
-        spark.sql(f"CREATE TABLE hand_{name} USING parquet PARTITIONED BY (ds) AS {partials.format(fact='rfact')}")
+    for name, (source, partials, _) in HAND.items():
+        spark.sql(f"CREATE TABLE hand_{name} USING parquet PARTITIONED BY (ds) AS {partials.format(fact=source)}")
     folder = tempfile.mkdtemp(prefix="rewrites-by-hand-")
     found: list[tuple] = []
 
