@@ -442,10 +442,12 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
     files itself: it starts no more Spark jobs than after a one-file append (Spark would start a
     listing job of a task per file beside the write), and a full refresh reads the files listed too."""
     spark.sql("CREATE TABLE clicks (id BIGINT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    days = 16
 
     def append(start: int, rows: int, tasks: int) -> None:
         spark.range(start, start + rows, 1, tasks).selectExpr(
-            "id", "CAST(id % 7 AS DOUBLE) - 2 AS v", "concat('d', CAST(id % 40 AS STRING)) AS ds").write.insertInto("clicks")
+            "id", "CAST(id % 7 AS DOUBLE) - 2 AS v", f"concat('d', CAST(id % {days} AS STRING)) AS ds"
+        ).write.insertInto("clicks")
 
     append(0, 400, 2)
     queries = {"flat": "SELECT id, v, ds FROM clicks WHERE v > 0",
@@ -456,7 +458,7 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
                    f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
     jobs = {}
     for round_ in range(1, 13):
-        tasks = 1 if round_ == 1 else 2     # a one-file append, then 80 files (two tasks × 40 days) each
+        tasks = 1 if round_ == 1 else 2     # a one-file append, then 32 files (two tasks × 16 days) each
         append(round_ * 1000, 200, tasks)
         for name in queries:
             group = f"mt_magic:{gw.describe(name)['identifier']}"
@@ -470,11 +472,11 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
         folders: dict[str, int] = {}
         for path in spark.table(name).inputFiles():
             folders[os.path.dirname(path)] = folders.get(os.path.dirname(path), 0) + 1
-        if name == "flat":      # its rows kept by day, a day's in files of their own: bounded by the 40 days
-            assert sum(folders.values()) <= 5 * 40 + SMALL_FILES_KEPT, (name, folders)
+        if name == "flat":      # its rows kept by day, a day's in files of their own: bounded by the days
+            assert sum(folders.values()) <= 5 * days + SMALL_FILES_KEPT, (name, folders)
         else:   # 12 appends left up to 2 files per folder each; the folder keeps at most SMALL_FILES_KEPT + 2
             assert max(folders.values()) <= SMALL_FILES_KEPT + 2, (name, folders)
-    # the second round appended 80 files and compacted nothing yet: one job (the write), as after one file
+    # the second round appended 32 files and compacted nothing yet: one job (the write), as after one file
     assert all(counts[0] == counts[1] == 1 for counts in jobs.values()), jobs
     if not is_connect(spark):       # a full refresh, too, reads the files listed: one job, no listing job
         group = f"mt_magic:{gw.describe('flat')['identifier']}"
