@@ -30,16 +30,17 @@ demo: setup
 # the tests that start their own processes (services, kernels, killed workers; marked `processes`) once.
 # The three passes run at once, each in its own temporary folders: each alone leaves a core idle much
 # of the time (waiting for its processes, its jobs' fixed costs), together they fill the two. The
-# classic pass prints as it goes, the others' output follows; any failing fails the command. Every JVM
-# a test starts through spark-submit compiles with the quick compiler only (SPARK_SUBMIT_OPTS): the
-# tests' JVMs live minutes on tiny data, where the optimizing compiler's own work costs more CPU than
-# it saves (measured: a refresh's process spends 45 % less CPU).
-TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1
+# classic pass prints as it goes, the others' output follows; any failing fails the command. The JVMs
+# the processes pass starts through spark-submit live seconds to a minute: they compile with the quick
+# compiler only (SPARK_SUBMIT_OPTS; measured: such a process spends 45 % less CPU). The two long
+# passes' JVMs keep the optimizing one, which pays for itself over minutes (without it they spent twice
+# the CPU).
+TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python
 PYTEST := $(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q --basetemp=$$(mktemp -d)
 test: setup chromium $(BROWSER)/node_modules/.package-lock.json
 	$(BIN)/lint-imports --no-cache
 	processes_log=$$(mktemp); connect_log=$$(mktemp); \
-	$(PYTEST) -m processes >$$processes_log 2>&1 & processes=$$!; \
+	SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1 $(PYTEST) -m processes >$$processes_log 2>&1 & processes=$$!; \
 	MT_MAGIC_SPARK_REMOTE='local[2]' $(PYTEST) -m 'not processes' >$$connect_log 2>&1 & connect=$$!; \
 	$(PYTEST) -m 'not processes'; classic=$$?; \
 	wait $$connect; connected=$$?; echo "--- as a client of a local Spark Connect server:"; cat $$connect_log; \
