@@ -26,26 +26,24 @@ $(BROWSER)/node_modules/.package-lock.json: $(BROWSER)/package-lock.json
 demo: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m mt_magic.demo
 
-# The whole suite twice: on a classic SparkSession, and as a client of a local Spark Connect server;
-# the tests that start their own processes (services, kernels, killed workers; marked `processes`) once.
-# The three passes run at once, each in its own temporary folders: each alone leaves a core idle much
-# of the time (waiting for its processes, its jobs' fixed costs), together they fill the two. The
-# classic pass prints as it goes, the others' output follows; any failing fails the command. The JVMs
-# the processes pass starts through spark-submit live seconds to a minute: they compile with the quick
-# compiler only (SPARK_SUBMIT_OPTS; measured: such a process spends 45 % less CPU). The two long
-# passes' JVMs keep the optimizing one, which pays for itself over minutes (without it they spent twice
-# the CPU).
+# The whole suite twice: on a classic SparkSession, then as a client of a local Spark Connect server.
+# The tests that start their own processes (services, kernels, killed workers; marked `processes`) run
+# once, beside the Connect pass: they mostly wait for their processes, so the two share the machine
+# well. Their output follows the Connect pass's; either failing fails the command. The JVMs those
+# tests start through spark-submit live seconds to a minute: they compile with the quick compiler only
+# (SPARK_SUBMIT_OPTS; measured: such a process spends 45 % less CPU). (All three passes at once took
+# longer: the machine's two cores are busy either way.)
 TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python
-PYTEST := $(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q --basetemp=$$(mktemp -d)
 test: setup chromium $(BROWSER)/node_modules/.package-lock.json
 	$(BIN)/lint-imports --no-cache
-	processes_log=$$(mktemp); connect_log=$$(mktemp); \
-	SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1 $(PYTEST) -m processes >$$processes_log 2>&1 & processes=$$!; \
-	MT_MAGIC_SPARK_REMOTE='local[2]' $(PYTEST) -m 'not processes' >$$connect_log 2>&1 & connect=$$!; \
-	$(PYTEST) -m 'not processes'; classic=$$?; \
-	wait $$connect; connected=$$?; echo "--- as a client of a local Spark Connect server:"; cat $$connect_log; \
-	wait $$processes; separate=$$?; echo "--- tests that start their own processes:"; cat $$processes_log; \
-	test $$classic -eq 0 -a $$connected -eq 0 -a $$separate -eq 0
+	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m 'not processes'
+	log=$$(mktemp); \
+	$(TEST_ENV) SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1 IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q \
+	  -m processes --basetemp=$$(mktemp -d) >$$log 2>&1 & processes=$$!; \
+	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) MT_MAGIC_SPARK_REMOTE='local[2]' $(BIN)/python -m pytest -q \
+	  -m 'not processes'; connect=$$?; \
+	wait $$processes; separate=$$?; echo "--- tests that start their own processes:"; cat $$log; \
+	test $$connect -eq 0 -a $$separate -eq 0
 
 benchmark: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/full_refresh.py
