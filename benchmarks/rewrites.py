@@ -107,7 +107,7 @@ def _by_hand(spark, name: str, folder: str) -> float:
 
 
 def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
-    """Per change and table: (change, table, refresh s, plain s, jobs, technique, reason, (rows written, taken out),
+    """Per change and table: (change, table, refresh s, plain s, jobs, technique, reason, rows written,
     the floor by hand where there is one, bytes of the changed files read, the seconds of its phases)."""
     spark.sql("CREATE TABLE rfact (id BIGINT, k INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("CREATE TABLE rdim (k INT, region STRING) USING parquet")
@@ -134,8 +134,7 @@ def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
             gc.collect()
             plain = timed(lambda q=query, n=name: spark.sql(f"INSERT OVERWRITE plain_{n} {q}"))
             floor = _by_hand(spark, name, folder) if name in HAND and change != "10 dimension rows changed" else None
-            written = (entry["rows"], entry.get("deleted_rows"))
-            found.append((change, name, took, plain, jobs, entry["technique"], entry["reason"], written, floor,
+            found.append((change, name, took, plain, jobs, entry["technique"], entry["reason"], entry["rows"], floor,
                           entry.get("delta_bytes"), entry.get("phases") or {}))
 
     # An untimed round warms the JVM for both sides.
@@ -225,6 +224,5 @@ def report_rewrites(found: list[tuple], targets: dict) -> None:
         targets[f"rewrites: {change}, {name}"] = met
         print(f"{change:>48} | {name:>8}: refresh {took:.3f} s ÷ plain {plain:.3f} s = {ratio:.3f} (target {target}){below}; "
               f"{technique}{f' ({reason})' if reason else ''}, {jobs} Spark jobs, "
-              f"{'all sources' if read is None else f'{read} bytes of the changed files'} read, {written[0]} rows written"
-              f"{'' if written[1] is None else f' and {written[1]} taken out'}; "
+              f"{'all sources' if read is None else f'{read} bytes of the changed files'} read, {written} rows written; "
               f"{', '.join(f'{p} {phases[p]:.2f} s' for p in ('decide', 'run', 'record') if p in phases)}")

@@ -218,8 +218,7 @@ class Gateway:
 
     def history(self, name: str | None = None, limit: int | None = None) -> list[dict]:
         """Refreshes newest first (of one table, or of all): table, trigger, schedule_time, started,
-        finished, outcome, rows (written into the table) and deleted_rows (taken out of it, where counted),
-        partitions, error, technique and reason, what each source did, what
+        finished, outcome, rows, partitions, error, technique and reason, what each source did, what
         'auto' weighed (estimate), the rows and bytes an incremental refresh read of the appended files
         (delta_rows, delta_bytes), the Spark jobs it ran and the seconds of its phases (decide, run,
         record), and the runner (host, pid, application id)."""

@@ -73,36 +73,3 @@ def test_a_refresh_says_its_spark_jobs_and_the_time_of_each_phase(spark, gw, sal
     assert (last["jobs"], last["phases"]) == (entry["jobs"], {k: phases[k] for k in ("decide", "run")}), last
     chart = Dashboard(gw, run_for_dashboard(gw.execute), entry["table"]).detail.value
     assert f"run {phases['run']:.2f} s, record {phases['record']:.2f} s" in chart
-
-
-def test_a_refresh_says_the_rows_it_wrote_into_the_table_and_took_out_of_it(spark, gw):
-    """A filter over a day-partitioned source keeps its rows by day: an append writes its rows and takes
-    none out; a day reprocessed takes out the rows the day had in the table (counted in the refresh's own
-    job, from the retracted files' footers) and writes the day's rows now — in the history,
-    mt_refresh_history, DESCRIBE EXTENDED's last refresh and the dashboard's chart. An aggregate's
-    refresh, which writes its groups again, does not count what it took out."""
-    spark.sql("CREATE TABLE visits (id INT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
-    spark.sql("INSERT INTO visits VALUES (1, 1.0, 'a'), (2, 2.0, 'a'), (3, 3.0, 'a'), (4, 4.0, 'b'), (5, -1.0, 'b')")
-    gw.execute("CREATE MATERIALIZED TABLE kept WITH ('refresh.policy' = 'incremental') FRESHNESS = INTERVAL '1' DAY "
-               "REFRESH_MODE = FULL AS SELECT id, v, ds FROM visits WHERE v > 0")
-    gw.execute("CREATE MATERIALIZED TABLE per_day WITH ('refresh.policy' = 'incremental') FRESHNESS = INTERVAL '1' "
-               "DAY REFRESH_MODE = FULL AS SELECT ds, COUNT(*) AS n FROM visits GROUP BY ds")
-    spark.sql("INSERT INTO visits VALUES (6, 6.0, 'b'), (7, 7.0, 'c'), (8, -8.0, 'c')")
-    gw.execute("ALTER MATERIALIZED TABLE kept REFRESH")
-    entry = gw.history("kept", limit=1)[0]
-    assert (entry["technique"], entry["rows"], entry["deleted_rows"]) == ("incremental", 2, 0), entry
-    spark.sql("INSERT OVERWRITE visits PARTITION (ds = 'a') VALUES (1, 1.5), (9, -9.0)")    # 3 rows in, 1 out
-    for name in ("kept", "per_day"):
-        gw.execute(f"ALTER MATERIALIZED TABLE {name} REFRESH")
-    entry = gw.history("kept", limit=1)[0]
-    assert (entry["technique"], entry["rows"], entry["deleted_rows"]) == ("incremental", 1, 3), entry
-    assert sorted(tuple(r) for r in spark.table("kept").collect()) == \
-        sorted(tuple(r) for r in spark.sql("SELECT id, v, ds FROM visits WHERE v > 0").collect())
-    (row,) = spark.sql("SELECT rows, deleted_rows FROM mt_refresh_history('kept') LIMIT 1").collect()
-    assert (row.rows, row.deleted_rows) == (1, 3)
-    described = {r[0]: r[1] for r in gw.execute("DESCRIBE EXTENDED kept")[-1].rows}
-    assert json.loads(described["Last Refresh"])["deleted_rows"] == 3
-    chart = Dashboard(gw, run_for_dashboard(gw.execute), entry["table"]).detail.value
-    assert "1 row written, 3 taken out" in chart
-    aggregated = gw.history("per_day", limit=1)[0]
-    assert aggregated["technique"] == "incremental" and aggregated["deleted_rows"] is None, aggregated

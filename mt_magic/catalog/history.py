@@ -78,7 +78,6 @@ class RefreshEntry:
     delta_bytes: int | None = None  # … and their bytes
     jobs: int | None = None         # the Spark jobs the refresh ran (None over Spark Connect: not told)
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent deciding, running, recording
-    deleted_rows: int | None = None     # rows taken out of the table, `rows` being those written into it
 
 
 class RefreshHistory:

@@ -81,13 +81,12 @@ class RefreshOutcome:
     started_at: str
     duration_s: float
     outcome: Outcome
-    rows: int | None = None         # written into the table
+    rows: int | None = None
     partition: dict[str, str] = field(default_factory=dict)
     schedule_time: str | None = None
     error: str | None = None
     jobs: int | None = None         # the Spark jobs it ran (None: not told, over Spark Connect)
     phases: dict[str, float] = field(default_factory=dict)   # seconds: decide, run (and, in the history, record)
-    deleted_rows: int | None = None     # taken out of the table (retracted); None: not counted
 
     @classmethod
     def from_document(cls, doc: dict) -> RefreshOutcome:

@@ -148,7 +148,7 @@ class Runs:
         jobs = None if work.jobs is None else len(group_jobs(self.ws.spark, job_group(table)) - work.jobs)
         phases = {"decide": round(work.clock - started.clock, 3), "run": round(ran - work.clock, 3)}
         outcome = RefreshOutcome(started.at, result.duration_s, Outcome.SUCCEEDED, result.rows, target.describe(),
-                                 started.schedule_time, jobs=jobs, phases=phases, deleted_rows=result.deleted)
+                                 started.schedule_time, jobs=jobs, phases=phases)
         # The table matches the sources after a refresh of all it could have changed in (what it
         # read is what the snapshot listed: the files themselves, or a steady state); a partial one
         # whose sources changed as it read may not have rewritten every partition that changed.
@@ -244,8 +244,7 @@ class Runs:
             identifier, trigger, outcome.schedule_time, outcome.started_at, finished, outcome.outcome,
             outcome.rows, self.runner(), outcome.partition, outcome.error,
             self._lag(identifier, outcome, finished), freshness_s(table), reason=decision.reason,
-            technique=decision.technique, sources=decision.sources, deleted_rows=outcome.deleted_rows, **estimate,
-            **(measures or {})))
+            technique=decision.technique, sources=decision.sources, **estimate, **(measures or {})))
         log.info("Refresh of %s (%s%s): %s, %s rows in %.2f s%s", identifier, trigger,
                  f" {outcome.schedule_time}" if outcome.schedule_time else "", outcome.outcome,
                  outcome.rows if outcome.rows is not None else "no", outcome.duration_s,

@@ -109,15 +109,10 @@ def history_svg(history: Sequence[Refresh], freshness: timedelta, width: int = 3
 
 
 def _work(refresh: Refresh) -> str:
-    """What a refresh did, as its bar's tooltip says it: the seconds of each phase, its Spark jobs, the
-    rows it wrote into the table and took out of it."""
+    """What a refresh did, as its bar's tooltip says it: the seconds of each phase, its Spark jobs."""
     parts = [f"{phase} {refresh.phases[phase]:.2f} s" for phase in ("decide", "run", "record") if phase in refresh.phases]
     if refresh.jobs is not None:
         parts.append(f"{refresh.jobs} Spark job{'s' if refresh.jobs != 1 else ''}")
-    if refresh.rows is not None and refresh.target != "batch":
-        parts.append(f"{refresh.rows} row{'s' if refresh.rows != 1 else ''} written")
-    if refresh.deleted_rows:
-        parts.append(f"{refresh.deleted_rows} taken out")
     return f" ({', '.join(parts)})" if parts else ""
 
 

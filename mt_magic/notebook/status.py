@@ -25,7 +25,6 @@ class Refresh:
     reason: str | None = None          # why it ran as it did
     jobs: int | None = None            # the Spark jobs it ran (None: not told, over Spark Connect)
     phases: dict[str, float] = field(default_factory=dict)    # seconds per phase: decide, run, record
-    deleted_rows: int | None = None    # taken out of the table (`rows`: written into it)
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,7 @@ def _from_entry(entry: dict) -> Refresh:
         ", ".join(f"{k}={v}" for k, v in (entry.get("partitions") or {}).items()) or "whole table"
     return Refresh(started, (finished - started).total_seconds(), entry.get("rows"), Outcome(entry["outcome"]),
                    target, entry.get("error"), entry.get("lag_s"), entry.get("technique"), entry.get("reason"),
-                   entry.get("jobs"), entry.get("phases") or {}, entry.get("deleted_rows"))
+                   entry.get("jobs"), entry.get("phases") or {})
 
 
 def _handler_text(handler: RefreshHandler | None) -> str:

@@ -28,10 +28,9 @@ FAILED_TASKS_SETTLE_S = 2.0   # how long tasks of a failed write may still creat
 @dataclass(frozen=True)
 class RefreshResult:
     storage: Storage
-    rows: int                   # written into the table
+    rows: int
     duration_s: float
     job_group: str
-    deleted: int | None = None  # taken out of the table: the rows of the files it retracted (None: not counted)
 
 
 def job_group(table: MaterializedTable) -> str:

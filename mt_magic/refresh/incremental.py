@@ -36,7 +36,7 @@ from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_grou
 from mt_magic.spark.tables import refresh_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
-from mt_magic.spark.frames import counting_replaced, counting_rows, files_frame, listed_by_driver
+from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver
 from mt_magic.spark.sessions import default_parallelism
 from mt_magic.spark.files import Listing
 from mt_magic.storage.compaction import files_for, files_to_compact
@@ -82,7 +82,7 @@ class Maintainer:
         the published data was computed with (and the partials kept by `keeping`, where they are)."""
         appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED}
         if not appended and retraction is None:        # the published data and its state stay what they are
-            return Maintained(RefreshResult(table.storage, 0, 0.0, job_group(table), 0),
+            return Maintained(RefreshResult(table.storage, 0, 0.0, job_group(table)),
                               manifest.state if manifest else None, manifest.state_schema if manifest else None,
                               state_format=manifest.state_format if manifest else STATE_FORMAT,
                               kept=manifest.kept if manifest else None)
@@ -162,29 +162,28 @@ class Maintainer:
             changed = relations.add("kept_changed", relations.source_files(rule.sources[occurrence], retraction.files))
             query = tagged_rows(rule, keeping.provenance,
                                 lambda i: changed if i == occurrence else names.name(i, Version.NEW), Branches.KEPT)
-        location = table.storage.location.rstrip("/")
-        retracted = [f"{location}/{n}" for p in sorted(dropped) for n in kept.files.get(p, ())]
         stages = [self.storage.new_version(table)]
         try:
             with relations.query(_shaped(table, query, keeping)) as frame:
                 if retraction is None and not rule.joins:    # an append's rows: a file per partition it reaches
                     frame = frame.coalesce(files_for(sum(d.added_bytes for d in changes.values())))
-                frame, rows, deleted = self._counting(table, frame, retracted)
+                frame, rows = counting_rows(frame)
                 written = [self.rows.write(table, frame, stages[0], only)]
             if retraction is None and rows() == 0:
-                return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group, 0),
+                return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group),
                                   delta_rows=relations.delta_rows(), kept=kept)
             listing = self.storage.published_files(table) if retraction is None else {}
             crowded = self.rows.crowded(listing, kept, written[0]) if retraction is None else {}
             if crowded:
                 stages.append(self.storage.new_version(table))
                 written.append(self.rows.write(table, self.rows.compacted(table, crowded, listing), stages[1]))
+            location = table.storage.location.rstrip("/")
             gone = {n for p in dropped for n in kept.files.get(p, ())} | {n for names in crowded.values() for n in names}
             published = self._publish(table, extended(self.storage, table, stages, [f"{location}/{n}" for n in gone]))
         finally:
             for stage in stages:
                 self.storage.remove(stage)
-        return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group, deleted()),
+        return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           delta_rows=relations.delta_rows(),
                           kept=KeptRows(keeping.source, keeping.provenance, merged(kept.files, gone, *written)))
 
@@ -198,7 +197,7 @@ class Maintainer:
         started = time.monotonic()
         delta = rule.delta({s for s, d in changes.items() if d.change is SourceChange.APPENDED}, relations.names.name)
         if delta is None:
-            return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group, 0))
+            return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group))
         stages = [self.storage.new_version(table)]
         try:
             with relations.query(shaped_sql(delta, table.columns, table.identifier, table.query_columns)) as frame:
@@ -209,7 +208,7 @@ class Maintainer:
                 self._write(table, frame, stages[0])
             read = relations.delta_rows()
             if rows() == 0:
-                return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group, 0),
+                return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group),
                                   delta_rows=read)
             rewritten = files_to_compact(self.storage.published_files(table))
             if rewritten:
@@ -219,28 +218,16 @@ class Maintainer:
         finally:
             for stage in stages:
                 self.storage.remove(stage)
-        return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group, 0),
+        return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           delta_rows=read)
 
     def _compacted(self, table: MaterializedTable, files: Listing) -> Any:
         """The rows of the table's `files`, to be written again in as few files as they need."""
-        return self._table_files(table, sorted(files)).coalesce(files_for(sum(size for size, _ in files.values())))
-
-    def _table_files(self, table: MaterializedTable, paths: list[str]) -> Any:
-        """The rows of these files of the table's published version."""
         reading = table_reading(table)
-        with listed_by_driver(self.spark, paths):
-            return files_frame(self.spark, reading.format, reading.schema, reading.options, tuple(paths),
-                               reading.partition_columns)
-
-    def _counting(self, table: MaterializedTable, frame: Any,
-                  replaced: list[str]) -> tuple[Any, Callable[[], int | None], Callable[[], int | None]]:
-        """The frame to write, counting its rows and, in the same job, those of the table's files it
-        replaces (none: 0 rows)."""
-        if not replaced:
-            frame, rows = counting_rows(frame)
-            return frame, rows, lambda: 0
-        return counting_replaced(frame, self._table_files(table, replaced))
+        with listed_by_driver(self.spark, files):
+            frame = files_frame(self.spark, reading.format, reading.schema, reading.options, tuple(sorted(files)),
+                                reading.partition_columns)
+        return frame.coalesce(files_for(sum(size for size, _ in files.values())))
 
     def _stateful(self, table: MaterializedTable, rule: Stateful, state_sql: str, relations: Relations,
                   touched: bool = False, staged: Staged | None = None) -> Maintained:

@@ -32,44 +32,25 @@ def query_frame(spark: Any, query: str) -> Any:
 def counting_rows(frame: Any, unreported: int | None = 0) -> tuple[Any, Callable[[], int | None]]:
     """The frame, counting the rows that pass through it for free (an observation), and how to read
     the count once an action ran (`unreported` where no count came back: over Connect a write reports
-    only the observations of the frame it writes)."""
-    observed, observation = _observing(frame, {"rows": F.count(F.lit(1))})
-    return observed, lambda: _observed_rows(observation, "rows", unreported)
-
-
-_WRITTEN = "mt_written"
-
-
-def counting_replaced(frame: Any, replaced: Any) -> tuple[Any, Callable[[], int | None], Callable[[], int | None]]:
-    """The frame, counting its rows and — in the same job — the rows of `replaced` (the files a write
-    takes the place of), read for their count alone: a Parquet or ORC file's from its footer. What
-    to write, then how to read each count once it was written."""
-    both = frame.withColumn(_WRITTEN, F.lit(True)).unionByName(replaced.select(F.lit(False).alias(_WRITTEN)),
-                                                               allowMissingColumns=True)
-    observed, observation = _observing(both, {"rows": F.count_if(F.col(_WRITTEN)),
-                                              "replaced": F.count_if(~F.col(_WRITTEN))})
-    return (observed.where(F.col(_WRITTEN)).drop(_WRITTEN), lambda: _observed_rows(observation, "rows", 0),
-            lambda: _observed_rows(observation, "replaced", None))
-
-
-def _observing(frame: Any, metrics: dict[str, Any]) -> tuple[Any, Observation]:
-    """The frame observed. Connect's `observe` asks the server whether the frame streams first: a batch
-    frame is observed without that question."""
+    only the observations of the frame it writes). Connect's `observe` asks the server whether the
+    frame streams first: a batch frame is observed without that question."""
     observation = Observation(f"rows_{time.monotonic_ns()}")
-    columns = [column.alias(name) for name, column in metrics.items()]
+    count = F.count(F.lit(1)).alias("rows")
     if not is_connect(frame.sparkSession):
-        return frame.observe(observation, *columns), observation
-    from pyspark.sql.connect import plan
-    from pyspark.sql.connect.dataframe import DataFrame
-    observation._result = {}          # what Connect's `observe` sets before the action fills it
-    return DataFrame(plan.CollectMetrics(frame._plan, observation, columns), frame.sparkSession), observation
+        observed = frame.observe(observation, count)
+    else:
+        from pyspark.sql.connect import plan
+        from pyspark.sql.connect.dataframe import DataFrame
+        observation._result = {}          # what Connect's `observe` sets before the action fills it
+        observed = DataFrame(plan.CollectMetrics(frame._plan, observation, [count]), frame.sparkSession)
+    return observed, lambda: _observed_rows(observation, unreported)
 
 
-def _observed_rows(observation: Observation, name: str, unreported: int | None) -> int | None:
-    """A count observed. Where the optimizer removed the observed relation (an input joined with an
+def _observed_rows(observation: Observation, unreported: int | None) -> int | None:
+    """The rows counted. Where the optimizer removed the observed relation (an input joined with an
     empty one is never read) the classic session's observation holds no row to read."""
     try:
-        rows = observation.get.get(name)
+        rows = observation.get.get("rows")
     except Py4JJavaError:
         return unreported
     return unreported if rows is None else int(rows)

@@ -14,8 +14,8 @@ from typing import Any
 
 FUNCTION_NAME = "mt_refresh_history"
 SCHEMA = ("table string, trigger string, schedule_time string, started string, finished string, "
-          "outcome string, rows bigint, deleted_rows bigint, partitions string, error string, lag_s double, "
-          "freshness_s double, reason string, technique string, sources string, estimate string, delta_rows bigint, delta_bytes bigint, "
+          "outcome string, rows bigint, partitions string, error string, lag_s double, freshness_s double, "
+          "reason string, technique string, sources string, estimate string, delta_rows bigint, delta_bytes bigint, "
           "jobs bigint, phases string, host string, pid int, application_id string")
 
 
@@ -32,7 +32,7 @@ def register_history_function(spark: Any, store_path: str) -> None:
                     continue
                 runner = entry.get("runner") or {}
                 yield (table, entry.get("trigger"), entry.get("schedule_time"), entry.get("started"),
-                       entry.get("finished"), entry.get("outcome"), entry.get("rows"), entry.get("deleted_rows"),
+                       entry.get("finished"), entry.get("outcome"), entry.get("rows"),
                        json.dumps(entry.get("partitions") or {}, sort_keys=True), entry.get("error"),
                        entry.get("lag_s"), entry.get("freshness_s"), entry.get("reason"), entry.get("technique"),
                        json.dumps(entry.get("sources") or {}, sort_keys=True), entry.get("estimate"),
