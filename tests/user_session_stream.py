@@ -1,7 +1,8 @@
 """Run by test_continuous: a user's own SparkSession (not local_session), a CONTINUOUS table over a
 partitioned source whose day is overwritten twice; prints the table's rows once it shows each state.
 Then a CONTINUOUS table whose batch writes for 12 s is suspended mid-write and resumed: prints how long
-SUSPEND waited and the rows the table shows after RESUME."""
+SUSPEND waited and the rows the table shows after RESUME. Then tables suspended in their first batch and
+resumed at once: prints their status once they show their second row."""
 
 import sys
 import time
@@ -55,10 +56,14 @@ deadline = time.monotonic() + 90
 while spark.table("slow").count() != 1:
     assert time.monotonic() < deadline, "slow never showed its first row"
     time.sleep(0.2)
+while not any(entry["input_rows"] for entry in (gateway.progress("slow") or {}).get("history", [])):
+    assert time.monotonic() < deadline, "slow's stream never read its first row"     # its first batch
+    time.sleep(0.2)
 spark.sql("INSERT INTO slow_src VALUES (2, 12000)")
 tracker = spark.sparkContext.statusTracker()
 stream = next(q for q in spark.streams.active if q.name and "slow" in q.name)
-while not (stream.status["isTriggerActive"] and tracker.getActiveJobsIds()):     # the batch's write runs
+# The batch writes once a job of the stream's own group runs (per_day's jobs run meanwhile too).
+while not set(tracker.getActiveJobsIds()) & set(tracker.getJobIdsForGroup(str(stream.runId))):
     assert time.monotonic() < deadline, "the slow batch never started"
     time.sleep(0.05)
 started = time.monotonic()
@@ -70,5 +75,26 @@ while spark.table("slow").count() != 2:
     assert time.monotonic() < deadline, "slow never showed the second row"
     time.sleep(0.2)
 print(f"slow = {sorted(r.k for r in spark.table('slow').collect())}", flush=True)
+
+# Suspended while its first batch runs and the next is due, resumed at once: the stopped run's end
+# reaches the listener after the new run started, and is not taken for the new run's failure.
+for round_ in range(3):
+    spark.sql(f"CREATE TABLE quick_src{round_} (k INT, pause BIGINT) USING parquet")
+    spark.sql(f"INSERT INTO quick_src{round_} VALUES (1, 0)")
+    gateway.execute(f"CREATE MATERIALIZED TABLE quick{round_} FRESHNESS = INTERVAL '1' SECOND "
+                    "REFRESH_MODE = CONTINUOUS AS SELECT k, reflect('java.lang.Thread', 'sleep', pause) AS slept "
+                    f"FROM quick_src{round_}")
+    stream = next(q for q in spark.streams.active if q.name and f"quick{round_}" in q.name)
+    deadline = time.monotonic() + 90
+    while not set(tracker.getActiveJobsIds()) & set(tracker.getJobIdsForGroup(str(stream.runId))):
+        assert time.monotonic() < deadline, "the first batch never started"
+        time.sleep(0.02)
+    spark.sql(f"INSERT INTO quick_src{round_} VALUES (2, 2000)")
+    gateway.execute(f"ALTER MATERIALIZED TABLE quick{round_} SUSPEND; ALTER MATERIALIZED TABLE quick{round_} RESUME")
+    while spark.table(f"quick{round_}").count() != 2:
+        assert time.monotonic() < deadline, f"quick{round_} never showed the second row"
+        time.sleep(0.2)
+    described = gateway.describe(f"quick{round_}")
+    print(f"quick{round_}", described["refresh_status"], described["consecutive_failures"], flush=True)
 gateway.close()
 spark.stop()

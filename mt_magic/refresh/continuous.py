@@ -194,11 +194,13 @@ class ContinuousJobs:
         return self._jobs.get(identifier)
 
     # ------------------------------------------------------------- events
-    def _by_query(self, query_id: str) -> Job | None:
-        return next((j for j in list(self._jobs.values()) if str(j.query.id) == query_id), None)
+    def _by_run(self, run_id: str) -> Job | None:
+        """By run, not query id: a job restarted from its checkpoint keeps the query id, and the
+        stopped run's last events (its termination above all) arrive after the new run started."""
+        return next((j for j in list(self._jobs.values()) if str(j.query.runId) == run_id), None)
 
-    def _progressed(self, query_id: str, progress: dict) -> None:
-        job = self._by_query(query_id)
+    def _progressed(self, run_id: str, progress: dict) -> None:
+        job = self._by_run(run_id)
         if job is None:
             return
         record = job.progress
@@ -215,14 +217,14 @@ class ContinuousJobs:
                                              "processing_ms": record.processing_ms,
                                              "timestamp": progress.get("timestamp")}])[-20:]
 
-    def _idle(self, query_id: str) -> None:
+    def _idle(self, run_id: str) -> None:
         """The job looked and its sources had nothing new: the table is as fresh as now."""
-        job = self._by_query(query_id)
+        job = self._by_run(run_id)
         if job is not None:
             job.progress.last_checked = time.time()
 
-    def _terminated(self, query_id: str, exception: str | None) -> None:
-        job = self._by_query(query_id)
+    def _terminated(self, run_id: str, exception: str | None) -> None:
+        job = self._by_run(run_id)
         if job is None or job.stopping:
             return
         with self._lock:
@@ -277,20 +279,20 @@ class _Listener(StreamingQueryListener):
         try:
             progress = json.loads(event.progress.json)
             for jobs in list(self._followers):
-                jobs._progressed(str(event.progress.id), progress)
+                jobs._progressed(str(event.progress.runId), progress)
         except Exception:   # noqa: BLE001 - a listener must never break Spark's event bus
             log.exception("Streaming progress")
 
     def onQueryIdle(self, event) -> None:
         try:
             for jobs in list(self._followers):
-                jobs._idle(str(event.id))
+                jobs._idle(str(event.runId))
         except Exception:   # noqa: BLE001 - a listener must never break Spark's event bus
             log.exception("Streaming idle event")
 
     def onQueryTerminated(self, event) -> None:
         try:
             for jobs in list(self._followers):
-                jobs._terminated(str(event.id), event.exception)
+                jobs._terminated(str(event.runId), event.exception)
         except Exception:   # noqa: BLE001
             log.exception("Streaming termination")

@@ -85,17 +85,20 @@ class BatchGate:
         """While the stream stops: the batch being written is waited for (up to `wait_s`), and no
         other starts."""
         with cls._guard:
-            gate = cls._open.pop(run_version, None)
+            gate = cls._open.get(run_version)
         if gate is None:        # it runs elsewhere (Connect), or failed and was not started again
             yield
             return
-        gate._closing.set()
+        gate._closing.set()     # kept open until the stream has stopped: a batch due meanwhile ends
         held = gate._writing.acquire(timeout=wait_s)
         try:
             yield
         finally:
             if held:
                 gate._writing.release()
+            with cls._guard:
+                if cls._open.get(run_version) is gate:
+                    del cls._open[run_version]
 
 
 @dataclass
