@@ -1,22 +1,67 @@
 """One lexer: `{{var}}` substitution and the parser read a cell the same way. For random statements
 with placeholders in code, strings, raw strings, quoted names and (nested) comments, and hostile
-values, the substituted text has exactly the tokens of the original, each placeholder in code now a
-single literal holding the value. No Spark needed."""
+values of every type a placeholder takes, the substituted text has exactly the tokens of the
+original, each placeholder in code now the tokens of one literal that read back to the value. No
+Spark needed (Spark's reading of each form: tests/test_magic.py)."""
 
 from __future__ import annotations
+
+import math
+from datetime import date, datetime
+from decimal import Decimal
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mt_magic.sql.literals import sql_literal
 from mt_magic.sql.placeholders import substitute
 from mt_magic.sql.parser import parse_cell
-from mt_magic.sql.tokens import Kind, split, tokenize, unquote_string
+from mt_magic.sql.tokens import Kind, Token, split, tokenize, unquote_string
 
-HOSTILE = st.one_of(
+TEXT = st.one_of(
     st.sampled_from(["'", "\\", "\\'", "''", "*/", "/*", "--", "\n", ";", "{{x}}", "`", '"', "R'", "\\u0041",
                      "'; DROP TABLE t; --", "x' OR '1'='1", "\\\\'"]),
     st.text(max_size=12))
+HOSTILE = st.one_of(
+    TEXT, st.none(), st.booleans(), st.integers(-10 ** 38 + 1, 10 ** 38 - 1), st.floats(),
+    st.decimals(allow_nan=False, allow_infinity=False).filter(
+        lambda d: len(d.as_tuple().digits) <= 30 and -8 <= int(d.as_tuple().exponent) <= 8),
+    st.dates(), st.datetimes())
+
+
+def read_back(tokens: list[Token]) -> object:
+    """The value a literal's tokens spell, by Spark's rules for each form the writer uses."""
+    words = [t.value.upper() if t.kind is Kind.WORD else t.value for t in tokens]
+    if words[0] == "(" and words[-1] == ")":            # a negative number
+        return read_back(tokens[1:-1])
+    if len(tokens) == 1 and tokens[0].kind is Kind.WORD:
+        return {"NULL": None, "TRUE": True, "FALSE": False}[words[0]]
+    if len(tokens) == 1 and tokens[0].kind is Kind.STRING:
+        return unquote_string(tokens[0])
+    if len(tokens) == 1 and tokens[0].kind is Kind.NUMBER:
+        text = tokens[0].value
+        return float(text) if "E" in text.upper() else Decimal(text) if "." in text else int(text)
+    if words[0] in ("DATE", "TIMESTAMP") and len(tokens) == 2:
+        text = unquote_string(tokens[1])
+        return date.fromisoformat(text) if words[0] == "DATE" else datetime.fromisoformat(text)
+    assert words[:3] == ["CAST", "(", words[2]] and words[3] == "AS", words
+    text = unquote_string(tokens[2])
+    if words[4:] == ["DOUBLE", ")"]:
+        return float(text.replace("Infinity", "inf"))
+    assert words[4:6] == ["DECIMAL", "("] and words[-4:] == [",", "0", ")", ")"], words
+    return Decimal(text)
+
+
+def same(value: object, read: object) -> bool:
+    if isinstance(value, float):
+        return isinstance(read, float) and (repr(read) == repr(value) or math.isnan(value) and math.isnan(read))
+    return type(read) is type(value) and read == value
+
+
+@given(HOSTILE)
+def test_every_value_is_written_as_a_literal_the_lexer_reads_back(value):
+    assert same(value, read_back(tokenize(sql_literal(value))))
 WORDS = st.sampled_from(["SELECT", "a", "b1", "FROM", "t", "WHERE", "=", ",", "(", ")", "1", "2.5", "x.y", "+",
                          "<>", "*", "NOT", "NULL", "AND", "LIKE", "AS"])
 NAMES = st.sampled_from(["v0", "v1", "v2"])
@@ -69,17 +114,16 @@ def test_substitution_and_the_parser_agree_on_every_token(parts, values):
     original = " ".join(text for text, _ in parts)
     expected = " ".join(text for _, text in parts)
     substituted = substitute(original, values)
-    want, got = tokenize(expected), tokenize(substituted)
-    assert len(got) == len(want), (original, substituted)
-    for expect, token in zip(want, got):
+    want, got = tokenize(expected), iter(tokenize(substituted))
+    for expect in want:
         if expect.kind is Kind.WORD and expect.value.startswith("ph_"):
             value = values[expect.value[3:]]
-            if value is None:
-                assert token.kind is Kind.WORD and token.value == "NULL"
-            else:
-                assert token.kind is Kind.STRING and unquote_string(token) == value, (value, token)
+            literal = [next(got) for _ in tokenize(sql_literal(value))]
+            assert same(value, read_back(literal)), (value, literal)
         else:
+            token = next(got)
             assert (token.kind, token.value) == (expect.kind, expect.value), (original, substituted)
+    assert next(got, None) is None, (original, substituted)
     # The statements split where they did: a value never adds or removes a ';' boundary.
     assert len(split(substituted)) == len(split(expected))
 

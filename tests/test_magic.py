@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import threading
+from datetime import date, datetime
+from decimal import Decimal
 
 import pytest
 from IPython.core.error import UsageError
@@ -124,14 +126,28 @@ def test_trailing_semicolon_silences_the_output(shell, db, capsys):
     assert result.error_in_exec is None and repr(result.result) == "a | b\n1 | 2"
 
 
-def test_variables_are_substituted_only_as_quoted_literals(shell, db):
+def test_variables_are_substituted_only_as_literals_of_their_type(shell, db):
     shell.user_ns.update(name="x' OR '1'='1", n=5, a="expanded", b="expanded", nothing=None)
     view = shell.run_line_magic(
         "mtsql", "SELECT {{name}} AS v, {{ n }} AS n, '{a}' AS braces, '$b' AS dollar, "
                  "'{{name}}' AS literal, {{nothing}} IS NULL AS null_ok")
-    assert view.rows == [("x' OR '1'='1", "5", "{a}", "$b", "{{name}}", True)]
+    assert view.rows == [("x' OR '1'='1", 5, "{a}", "$b", "{{name}}", True)]
     with pytest.raises(ValidationError, match="no notebook variable named 'missing'"):
         cell(shell, "SELECT {{missing}}")
+    # Each value is a literal of its type: a number where Spark wants one (LIMIT), a negative one
+    # parenthesized (`id-{{low}}` is not the comment `id--2`), a float a DOUBLE, a Decimal its own.
+    shell.user_ns.update(low=-2, ratio=0.1, price=Decimal("80.50"), flag=True, day=date(2024, 1, 31),
+                         at=datetime(2024, 1, 31, 12, 30, 0, 5))
+    view = shell.run_line_magic(
+        "mtsql", "SELECT id-{{low}} AS shifted, {{ratio}} AS r, typeof({{ratio}}) AS rt, {{price}} AS p, "
+                 "typeof({{price}}) AS pt, {{flag}} AND true AS f, {{day}} AS d, {{at}} AS at "
+                 "FROM range(3) LIMIT {{n}}")
+    assert view.rows[0] == (2, 0.1, "double", Decimal("80.50"), "decimal(4,2)", True, date(2024, 1, 31),
+                            datetime(2024, 1, 31, 12, 30, 0, 5))
+    assert len(view.rows) == 3
+    shell.user_ns.update(days=["d1"])
+    with pytest.raises(ValidationError, match=r"\{\{days\}\}: a list has no SQL literal"):
+        cell(shell, "SELECT * FROM range(1) WHERE id IN ({{days}})")
     # A value ending in a backslash cannot end its literal early and smuggle in a statement.
     shell.user_ns.update(day="2024-01-01\\", region="); DROP TABLE src; --", path="C:\\temp\\")
     view = shell.run_line_magic("mtsql", "SELECT {{day}} AS d, {{region}} AS r, {{path}} AS p")

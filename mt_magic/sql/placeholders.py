@@ -1,4 +1,4 @@
-"""{{name}} in a cell: a notebook variable, always as a quoted SQL literal.
+"""{{name}} in a cell: a notebook variable, as the SQL literal of its type (see `literals`).
 
 Nothing else is expanded: IPython's own {var} and $var expansion is not applied to %%mtsql cells,
 so braces and dollars in SQL (map literals, regexes) stay as written.
@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 
 from mt_magic.errors import ValidationError
-from mt_magic.sql.statements import sql_string
+from mt_magic.sql.literals import NoLiteral, sql_literal
 from mt_magic.sql.tokens import code_spans
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -18,7 +18,7 @@ _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 def substitute(sql: str, namespace: Mapping[str, object]) -> str:
     """Placeholders in code (not in string literals, quoted names or comments, read by the lexer the
-    parser uses) become literals; None becomes NULL."""
+    parser uses) become literals; a value with none is an error naming its variable."""
     code = code_spans(sql)
 
     def literal(match: re.Match) -> str:
@@ -27,8 +27,10 @@ def substitute(sql: str, namespace: Mapping[str, object]) -> str:
         name = match.group(1)
         if name not in namespace:
             raise ValidationError(f"{{{{{name}}}}}: there is no notebook variable named '{name}'.")
-        value = namespace[name]
-        return "NULL" if value is None else sql_string(str(value))
+        try:
+            return sql_literal(namespace[name])
+        except NoLiteral as error:
+            raise ValidationError(f"{{{{{name}}}}}: {error}.") from None
 
     return _PLACEHOLDER.sub(literal, sql)
 
