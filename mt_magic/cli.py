@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 from mt_magic import config as cfg
 from mt_magic.catalog.handlers import ScheduleHandler
-from mt_magic.catalog.history import RefreshHistory
+from mt_magic.catalog.history import RefreshHistory, matched_at
 from mt_magic.catalog.lease import Lease, OwnerKind
 from mt_magic.catalog.model import ACTIVATED, MaterializedTable
 from mt_magic.catalog.store import CatalogStore
@@ -24,7 +24,7 @@ from mt_magic.errors import MaterializedTableError
 from mt_magic.gateway import Gateway
 from mt_magic.refresh.scheduler import next_fire
 from mt_magic.sql.zones import zone_named
-from mt_magic.spark.sessions import quiet_library_logs, service_session, session_info
+from mt_magic.spark.sessions import quiet_library_logs, service_session, session_info, spark_log_path
 from mt_magic.sql.freshness import CONTINUOUS, IntervalFreshness
 
 log = logging.getLogger("mt_magic.service")
@@ -37,8 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mt-magic", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="own a catalog store and keep every ACTIVATED table fresh")
-    serve.add_argument("--store", help=f"the catalog store file (default: ${cfg.CATALOG_STORE_ENV} or "
-                                       f"{cfg.DEFAULT_CATALOG_STORE})")
+    store_help = f"the catalog store file (default: ${cfg.CATALOG_STORE_ENV}, else {cfg.DEFAULT_CATALOG_STORE})"
+    serve.add_argument("--store", help=store_help)
     where = serve.add_mutually_exclusive_group()
     where.add_argument("--master", help="Spark master of the service's own application (default local[*]): "
                                         "local[N], spark://host:port, yarn, k8s://...")
@@ -48,9 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--connect-port", type=int, metavar="N",
                        help="the service's application also serves Spark Connect on localhost:N")
     status = commands.add_parser("status", help="the owner of a catalog store and every table's freshness")
-    status.add_argument("--store", help="the catalog store file")
+    status.add_argument("--store", help=store_help)
     adopt = commands.add_parser("adopt", help="move tables that stores of an earlier layout shared into one store")
-    adopt.add_argument("--store", help="the catalog store file the tables belong to")
+    adopt.add_argument("--store", help=store_help.replace("file", "file the tables belong to", 1))
     adopt.add_argument("tables", nargs="+", metavar="TABLE", help="a table's name (its identifier's last parts)")
     args = parser.parse_args(argv)
     commands_run = {"serve": _serve, "status": _status, "adopt": _adopt}
@@ -82,7 +82,8 @@ def _serve(args: argparse.Namespace) -> int:
         gateway = Gateway(spark, catalog_store=store, config=options, kind=OwnerKind.SERVICE)
         info = session_info(spark)
         served = f"; Spark Connect on sc://localhost:{args.connect_port}" if args.connect_port else ""
-        log.info("Serving %s as its owner (%s)%s", gateway.store.path, info.text, served)
+        jvm = "" if args.remote else f"; Spark's own log: {spark_log_path()}"
+        log.info("Serving %s as its owner (%s)%s%s", gateway.store.path, info.text, served, jvm)
         for warning in gateway.restore_warnings:
             log.warning("%s", warning)
         stop.wait()
@@ -119,10 +120,9 @@ def _status(args: argparse.Namespace) -> int:
     for table in store.list():
         entries = history.entries(table.identifier, limit=50)
         last = entries[0] if entries else None
-        done = next((e for e in entries if e["outcome"] == "SUCCEEDED"), None)
         status = str(table.refresh_status) + (f" ({table.suspend_reason})" if table.suspend_reason else "")
         rows.append((table.identifier, str(table.refresh_mode), status,
-                     _last_text(last), _next_text(table, now), _age_text(table, done, now, watched=live)))
+                     _last_text(last), _next_text(table, now), _age_text(table, matched_at(table.published_at, entries), now, watched=live)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
@@ -154,13 +154,14 @@ def _next_text(table: MaterializedTable, now: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S %Z") if moment else "-"
 
 
-def _age_text(table: MaterializedTable, done: dict | None, now: datetime, watched: bool) -> str:
-    """The age of the last refresh's data. An ACTIVATED CONTINUOUS table that a live owner watches
-    is not stale for want of new rows: its job looks at the sources at every trigger, and no
-    refresh is written when they did not change (a failing one is retried, then suspended)."""
-    if done is None:
+def _age_text(table: MaterializedTable, matched: datetime | None, now: datetime, watched: bool) -> str:
+    """The data's age: since the table last matched its sources (a skip proves it). An ACTIVATED
+    CONTINUOUS table that a live owner watches is not stale for want of new rows: its job looks at
+    the sources at every trigger, and no refresh is written when they did not change (a failing one
+    is retried, then suspended)."""
+    if matched is None:
         return f"- / {table.freshness}"
-    age = now - datetime.fromisoformat(done["finished"])
+    age = now - matched
     idle = watched and table.refresh_mode == CONTINUOUS and table.refresh_status == ACTIVATED
     stale = " STALE" if age > IntervalFreshness.parse(table.freshness).duration and not idle else ""
     return f"{age.total_seconds():.0f} s / {table.freshness}{stale}"

@@ -194,8 +194,8 @@ class Gateway:
     # ======================================================= public methods
     def describe(self, name: str) -> dict:
         table = self._ws.load(self._ws.name(name))
-        return describe_dict(table, self.pipelines.next_refresh(table),
-                             self.pipelines.technique(table))
+        return describe_dict(table, self.pipelines.next_refresh(table), self.pipelines.technique(table),
+                             self.pipelines.state(table).up_to_date_as_of())
 
     def refresh(self, name: str, schedule_time: str | None = None,
                 partition: Mapping[str, str] | None = None) -> Result:
@@ -216,14 +216,15 @@ class Gateway:
         statement = st.AlterBackfill(text, named, start=start, end=end, mentions=tuple(p.lower() for p in named.parts))
         return self._translate_errors(lambda: self._run(statement, dry_run=False))
 
-    def history(self, name: str | None = None, limit: int | None = None) -> list[dict]:
-        """Refreshes newest first (of one table, or of all): table, trigger, schedule_time, started,
-        finished, outcome, rows, partitions, error, technique and reason, what each source did, what
-        'auto' weighed (estimate), the rows and bytes an incremental refresh read of the appended files
-        (delta_rows, delta_bytes), the Spark jobs it ran and the seconds of its phases (decide, run,
-        record), and the runner (host, pid, application id)."""
+    def history(self, name: str | None = None, limit: int | None = None, earlier: bool = False) -> list[dict]:
+        """Refreshes newest first (of one table, or of all): table, created (which table of the name),
+        trigger, schedule_time, started, finished, outcome, rows, partitions, error, technique and
+        reason, what each source did, what 'auto' weighed (estimate), the rows and bytes an incremental
+        refresh read of the appended files (delta_rows, delta_bytes), the Spark jobs it ran and the
+        seconds of its phases (decide, run, record), and the runner (host, pid, application id). Of the
+        tables as they are now; `earlier` adds those of tables dropped before (of the same name)."""
         identifier = ".".join(self._ws.identifier(self._ws.name(name))) if name else None
-        return self.pipelines.history(identifier, limit)
+        return self.pipelines.history(identifier, limit, earlier)
 
     def progress(self, name: str) -> dict | None:
         """The running streaming job's latest progress (CONTINUOUS tables), else None."""

@@ -246,6 +246,21 @@ def test_a_name_never_becomes_a_path_out_of_the_data_directory(gw, sales, tmp_pa
     assert sorted(str(p) for p in tmp_path.parent.rglob("*")) == before      # no folder made anywhere
 
 
+@pytest.mark.parametrize("name, part", [("`daily.revenue`", "daily.revenue"), ("ünï", "ünï"), ("`a b`", "a b")])
+def test_a_name_the_session_catalog_refuses_is_refused_by_the_plan(gw, sales, db, name, part):
+    """Spark refuses such a name only when the table is created (after a dry run said valid, and the
+    initial refresh's work); the plan refuses it first, with the rule, the name quoted."""
+    for dry_run in (True, False):
+        with pytest.raises(ValidationError) as refused:
+            gw.execute(f"CREATE MATERIALIZED TABLE {name} REFRESH_MODE = FULL AS SELECT * FROM sales",
+                       dry_run=dry_run)
+        assert str(refused.value) == (
+            f"Table name `spark_catalog`.`{db}`.`{part}`: `{part}` is not a name Spark's session catalog "
+            "'spark_catalog' takes; its database and table names hold only the letters a-z and A-Z, digits "
+            "and '_'.")
+    assert gw.store.list() == []
+
+
 def test_a_primary_key_over_a_spark_source_is_not_null_by_declaration(spark, gw, db):
     spark.sql("CREATE TABLE src (id INT, name STRING, amount DOUBLE, ds STRING) USING parquet")
     spark.sql("INSERT INTO src VALUES (1, 'a', 1.0, '2024-01-01'), (2, 'b', 2.0, '2024-01-02')")

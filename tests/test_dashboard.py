@@ -123,6 +123,11 @@ def test_detail_shows_history_and_lineage(gw, sales, board):
     assert graph.count("class='mt-node mt-fresh'") == 2 and "class='mt-node mt-source'" in graph
     gw.execute("ALTER MATERIALIZED TABLE t SUSPEND")
     assert "class='mt-node mt-suspended'" in board().graph.value
+    dashboard = board()
+    gw.execute("DROP MATERIALIZED TABLE totals")
+    gw.execute("DROP MATERIALIZED TABLE t")
+    dashboard.sync()         # a notebook's end: its saved picture shows no dropped table
+    assert t_id not in dashboard.graph.value and totals_id not in dashboard.graph.value
 
 
 def test_a_streaming_table_shows_its_query_and_batches(gw, sales, board, tmp_path):

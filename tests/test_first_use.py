@@ -53,9 +53,19 @@ def run_script(tmp_path: Path, body: str = "", ending: str = "", env: dict | Non
 @pytest.mark.processes
 @pytest.mark.parametrize("ending", ["", "gw.close()", "raise RuntimeError('the user script failed')"])
 def test_a_connect_script_exits_by_itself(tmp_path, ending):
-    seconds, _, err = run_script(tmp_path, ending=ending)
+    """… and the Spark logs that ended processes left in the temporary folder go when a session
+    starts (one per kernel piled up); a live process's stays."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    for pid in (ended, str(os.getpid())):
+        (temporary / f"mt_magic-spark-{pid}.log").write_text("a JVM's banner\n")
+    seconds, _, err = run_script(tmp_path, ending=ending, env={**_env(), "TMPDIR": str(temporary)})
     assert seconds < 15
     assert ("RuntimeError: the user script failed" in err) == ("raise" in ending)
+    assert not (temporary / f"mt_magic-spark-{ended}.log").exists()
+    assert (temporary / f"mt_magic-spark-{os.getpid()}.log").exists()
 
 
 @pytest.mark.processes

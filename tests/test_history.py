@@ -46,6 +46,34 @@ def test_refreshes_are_recorded_newest_first_and_survive_a_new_gateway(spark, gw
         again.close()
 
 
+def test_a_table_created_again_under_a_dropped_ones_name_has_a_history_of_its_own(spark, gw, sales):
+    """The dropped table's runs (a failure among them) stay with it: the new table's history, in
+    Gateway.history, mt_refresh_history and the dashboard, starts with its own initial refresh; the
+    earlier runs come on request, each entry naming the table it ran for (when it was created)."""
+    create = "CREATE MATERIALIZED TABLE t FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS SELECT * FROM sales"
+    gw.execute(create)
+    spark.sql("ALTER TABLE sales RENAME TO gone")
+    with pytest.raises(MaterializedTableError):
+        gw.execute("ALTER MATERIALIZED TABLE t REFRESH")
+    spark.sql("ALTER TABLE gone RENAME TO sales")
+    first = gw.describe("t")["created_at"]
+    gw.execute("DROP MATERIALIZED TABLE t")
+    assert [e["outcome"] for e in gw.history("t")] == ["FAILED", "SUCCEEDED"]    # dropped: still its own
+    gw.execute(create)
+    second = gw.describe("t")["created_at"]
+    assert second != first
+    assert [(e["trigger"], e["outcome"], e["created"]) for e in gw.history("t")] == [("initial", "SUCCEEDED", second)]
+    assert [(e["outcome"], e["created"]) for e in gw.history("t", earlier=True)] == [
+        ("SUCCEEDED", second), ("FAILED", first), ("SUCCEEDED", first)]
+    assert [e["created"] for e in gw.history(earlier=False)] == [second]
+    rows = spark.sql("SELECT created, outcome FROM mt_refresh_history('t')").collect()
+    assert [tuple(r) for r in rows] == [(second, "SUCCEEDED")]
+    rows = spark.sql("SELECT created, outcome FROM mt_refresh_history('t', TRUE)").collect()
+    assert [tuple(r) for r in rows] == [(second, "SUCCEEDED"), (first, "FAILED"), (first, "SUCCEEDED")]
+    detail = Dashboard(gw, run_for_dashboard(gw.execute), gw.describe("t")["identifier"]).detail.value
+    assert detail.count("SUCCEEDED") == 1 and "FAILED" not in detail
+
+
 def test_a_refresh_says_its_spark_jobs_and_the_time_of_each_phase(spark, gw, sales):
     """What a refresh did, beside what it decided: the Spark jobs of its job group (a classic session
     counts them; a Spark Connect client is not told them) and the seconds it spent deciding, running

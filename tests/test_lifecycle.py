@@ -238,13 +238,16 @@ def test_show_materialized_tables(spark, gw, daily, db):
         spark.sql(f"DROP DATABASE `{digits}` CASCADE")
 
 
-def test_show_create_and_describe(gw, daily):
+def test_show_create_and_describe(spark, gw, daily):
     text = gw.execute("SHOW CREATE MATERIALIZED TABLE daily")[0].rows[0][0]
     assert text.startswith(f"CREATE MATERIALIZED TABLE `spark_catalog`.`{daily.split('.')[1]}`.`daily` (")
     for fragment in ("PARTITIONED BY (`ds`)", "'partition.fields.ds.date-formatter' = 'yyyy-MM-dd'",
                      "FRESHNESS = INTERVAL '1' DAY", "REFRESH_MODE = FULL", "AS SELECT ds, product_id"):
         assert fragment in text
-    described = dict((r[0], r[1]) for r in gw.execute("DESCRIBE daily")[0].rows)
+    rows = gw.execute("DESCRIBE daily")[0].rows
+    # The columns in the order SELECT * gives them: the partition column last, as in Spark's table.
+    assert [r[0] for r in rows[:rows.index(("# Partition Information", "", ""))]] == spark.table("daily").columns
+    described = dict((r[0], r[1]) for r in rows)
     assert described["Freshness"] == "1 DAY" and described["Refresh Status"] == "ACTIVATED"
     assert described["Refresh Mode"] == "FULL" and "quartz_job_" in described["Refresh Handler"]
     extended = dict((r[0], r[1]) for r in gw.execute("DESCRIBE EXTENDED daily")[0].rows)

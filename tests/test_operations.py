@@ -69,6 +69,31 @@ def test_failed_runs_suspend_the_table_and_resume_clears_them(spark, gw, sales, 
     wait_for(lambda: gw.history("checked", limit=1)[0]["outcome"] == "SUCCEEDED", timeout=30)
 
 
+def test_a_skip_proves_the_data_current_in_status_describe_and_the_dashboard(spark, gw, sales, store_path):
+    """A scheduled fire that found no source changed shows the data as current as that fire: its age
+    counts from the skip in `mt-magic status`, DESCRIBE and the dashboard of any gateway on the store
+    (they said `16 s / 5 SECOND STALE` right after one: the age of the last refresh that wrote)."""
+    gw.execute("CREATE MATERIALIZED TABLE t FRESHNESS = INTERVAL '5' SECOND REFRESH_MODE = FULL AS SELECT * FROM sales")
+    published = datetime.fromisoformat(gw.describe("t")["last_refresh"]["started_at"])
+    skip = wait_for(lambda: next((e for e in gw.history("t") if e["outcome"] == "SKIPPED" and
+                                  datetime.fromisoformat(e["finished"]) - published > timedelta(seconds=5)), None),
+                    timeout=30)
+    printed = subprocess.run([sys.executable, "-m", "mt_magic", "status", "--store", store_path],
+                             capture_output=True, text=True, check=True).stdout
+    [row] = [line for line in printed.splitlines() if line.startswith(gw.describe("t")["identifier"])]
+    assert "STALE" not in row, printed
+    skipped = datetime.fromisoformat(skip["finished"])
+    assert datetime.fromisoformat(gw.describe("t")["up_to_date_as_of"]) >= skipped
+    [described] = gw.execute("DESCRIBE t")
+    assert datetime.fromisoformat(dict((r[0], r[1]) for r in described.rows)["Up To Date As Of"]) >= skipped
+    client = Gateway(spark, catalog_store=store_path)     # another gateway: it ran none of the skips
+    try:
+        [status] = [s for s in table_statuses(client) if s.name == "t"]
+        assert status.data_age <= datetime.now(timezone.utc) - skipped
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("policy, least, most", [("latest", 1, 1), ("all", 3, 99), ("skip", 0, 0)])
 def test_missed_runs_after_a_downtime_follow_the_policy(spark, db, sales, store_path, policy, least, most):
     first = Gateway(spark, catalog_store=store_path)

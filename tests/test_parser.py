@@ -78,6 +78,7 @@ def test_several_statements_with_comments_and_quoted_semicolons():
     "SELECT 1", "CREATE TABLE x (a INT) USING parquet", "INSERT INTO t VALUES (1)",
     "CREATE TEMPORARY VIEW v AS SELECT 1", "DESCRIBE QUERY SELECT 1", "DESCRIBE t a",
     "SET spark.sql.shuffle.partitions=4", "SHOW TABLES", "DROP TABLE t PURGE",
+    "CREATE TABLE materialised (a INT) USING parquet", "CREATE VIEW materialised_v AS SELECT 1",
 ])
 def test_other_statements_go_to_spark_untouched(text):
     statement = one(text)
@@ -157,6 +158,18 @@ def test_parse_error_names_line_column_and_expectation():
     ("DROP MATERIALIZED TABLE tb1 IF EXISTS", "expected end of statement"),
     ("SHOW MATERIALIZED TABLES ILIKE 'a'", "expected end of statement"),
     ("CREATE MATERIALIZED TABLE a.b.c.d AS SELECT 1", "at most three parts"),
+    # A clause after one it comes before: the order is said, not only what may follow.
+    ("CREATE MATERIALIZED TABLE t FRESHNESS = INTERVAL '1' DAY WITH ('a' = 'b') AS SELECT 1",
+     'Encountered "WITH"; expected "REFRESH_MODE", "AS". WITH comes before FRESHNESS: a CREATE MATERIALIZED '
+     "TABLE's clauses go in the order COMMENT, PARTITIONED BY, WITH, FRESHNESS, REFRESH_MODE, then AS."),
+    ("CREATE MATERIALIZED TABLE t FRESHNESS = INTERVAL '1' DAY FRESHNESS = INTERVAL '1' DAY AS SELECT 1",
+     "FRESHNESS is given twice."),
+    # A near miss of our keyword is our error, with a caret, not Spark's.
+    ("CREATE MATERIALISED TABLE t AS SELECT 1", 'Encountered "MATERIALISED"; did you mean MATERIALIZED?\n'
+                                                "  CREATE MATERIALISED TABLE t AS SELECT 1\n         ^"),
+    ("CREATE OR ALTER MATERIALISED TABLE t AS SELECT 1", "did you mean MATERIALIZED?"),
+    ("DROP MATERIALIZE TABLE t", "did you mean MATERIALIZED?"),
+    ("SHOW MATERIALISED TABLES", "did you mean MATERIALIZED?"),
 ])
 def test_parse_errors(text, fragment):
     assert fragment in str(error_of(text))

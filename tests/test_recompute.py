@@ -164,6 +164,23 @@ def test_a_full_refresh_is_skipped_when_no_source_changed(spark, gw, sources):
     assert gw.history("daily", limit=1)[0]["outcome"] == "SKIPPED"
 
 
+def test_a_non_deterministic_query_is_said_to_be_recomputed_where_the_user_looks(gw, sources):
+    """rand() and uuid() pass CREATE (Spark runs them), and the table is recomputed at every refresh:
+    CREATE's result and EXPLAIN say so, not only DESCRIBE."""
+    query = "SELECT ds, rand() AS x, uuid() AS id FROM events"
+    note = "its query calls RAND, UUID: the table can never equal a new run of its query, and every refresh " \
+           "recomputes it"
+    [explained] = gw.execute(f"EXPLAIN CREATE MATERIALIZED TABLE r FRESHNESS = INTERVAL '1' DAY AS {query}")
+    assert ("note", note) in explained.rows
+    [created] = gw.execute(f"CREATE MATERIALIZED TABLE r FRESHNESS = INTERVAL '1' DAY AS {query}")
+    assert created.message.endswith(f". Note: {note}."), created.message
+    [explained] = gw.execute("EXPLAIN ALTER MATERIALIZED TABLE r REFRESH")
+    assert ("note", note) in explained.rows
+    [plain] = gw.execute("CREATE MATERIALIZED TABLE p FRESHNESS = INTERVAL '1' DAY AS SELECT ds FROM events")
+    assert "Note" not in plain.message
+    assert "note" not in dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE p REFRESH")[0].rows)
+
+
 def test_only_changed_partitions_are_recomputed(spark, gw, db):
     spark.sql("CREATE TABLE sales (product_id INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("CREATE TABLE products (product_id INT, label STRING) USING parquet")

@@ -5,6 +5,10 @@ An append per entry: the store's records do not grow and are not rewritten for i
 history is read without reading the others', and it survives restarts. A table keeps its newest
 `retention` entries (older ones are cut when the file has grown a tenth past that). A line a crash
 cut short is skipped when read. File names are digests of the identifiers, never the names.
+
+A table created again under a dropped one's name starts a history of its own: the earlier table's
+file is kept beside it under the time it was set aside, and read only on request. Each entry also
+names the incarnation it belongs to (`created`, when its table was created).
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import heapq
 import json
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from filelock import FileLock
@@ -78,6 +84,7 @@ class RefreshEntry:
     delta_bytes: int | None = None  # … and their bytes
     jobs: int | None = None         # the Spark jobs the refresh ran (None over Spark Connect: not told)
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent deciding, running, recording
+    created: str | None = None      # when the table was created: which of the tables of its name ran
 
 
 class RefreshHistory:
@@ -103,11 +110,22 @@ class RefreshHistory:
         if count >= _CHECK_EVERY:
             self._trim(path)
 
-    def entries(self, table: str | None = None, limit: int | None = None) -> list[dict]:
-        """Newest first; of one table (its identifier) or of all."""
-        if table is not None:
+    def set_aside(self, table: str) -> None:
+        """A new table of the identifier starts: the history so far (a dropped table's) is kept apart."""
+        path = self.path(table)
+        with self._file_lock(path):
+            if os.path.exists(path) and os.path.getsize(path):
+                stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+                os.replace(path, f"{path.removesuffix('.jsonl')}.{stamp}.jsonl")
+
+    def entries(self, table: str | None = None, limit: int | None = None, earlier: bool = False) -> list[dict]:
+        """Newest first; of one table (its identifier) or of all tables, as they are now; `earlier` adds
+        the histories of the tables dropped before."""
+        if table is not None and not earlier:
             return _tail(self.path(table), limit)[::-1]
-        files = [os.path.join(self.folder, n) for n in os.listdir(self.folder) if n.endswith(".jsonl")]
+        digest = None if table is None else history_file_name(table).removesuffix(".jsonl")
+        files = [os.path.join(self.folder, n) for n in os.listdir(self.folder) if n.endswith(".jsonl")
+                 and (earlier or n.count(".") == 1) and (digest is None or n.split(".")[0] == digest)]
         merged = heapq.merge(*(_tail(f, limit)[::-1] for f in files), key=lambda e: e.get("finished", ""),
                              reverse=True)
         found = []
@@ -151,6 +169,26 @@ class RefreshHistory:
                 with open(self.path(table), "a", encoding="utf-8") as handle:
                     handle.writelines(table_lines)
             os.unlink(legacy)
+
+
+def matched_at(published_at: str | None, recent: Iterable[dict], checked: float | None = None) -> datetime | None:
+    """When the table last matched its sources, the moment its data age counts from: its published
+    version, or later the newest refresh or skip of the whole table (a skip found no source changed)
+    or streaming batch in `recent` (newest first), or `checked` (epoch seconds: a running stream's, or
+    this process's, last look that found nothing new)."""
+    moments = [_moment(published_at)] if published_at else []
+    whole = next((e for e in recent if e.get("outcome") in ("SUCCEEDED", "SKIPPED")
+                  and (e.get("trigger") == "batch" or not e.get("partitions"))), None)
+    if whole is not None:
+        moments.append(_moment(whole["finished"]))
+    if checked:
+        moments.append(datetime.fromtimestamp(checked, UTC))
+    return max(moments) if moments else None
+
+
+def _moment(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def history_file_name(table: str) -> str:

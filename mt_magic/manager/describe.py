@@ -77,7 +77,8 @@ def change_detection(table: MaterializedTable) -> str:
     return f"snapshots of the sources' files{by}"
 
 
-def describe_dict(table: MaterializedTable, next_refresh: datetime | None, technique: str) -> dict:
+def describe_dict(table: MaterializedTable, next_refresh: datetime | None, technique: str,
+                  up_to_date: datetime | None) -> dict:
     return {
         "identifier": table.identifier,
         "columns": [(c.name, c.type, c.nullable) for c in table.columns],
@@ -105,17 +106,20 @@ def describe_dict(table: MaterializedTable, next_refresh: datetime | None, techn
         "partitions": [dict(p.spec) for p in table.storage.partitions],
         "last_refresh": dict(vars(table.last_refresh)) if table.last_refresh else None,
         "next_refresh": next_refresh.isoformat() if next_refresh else None,
+        "up_to_date_as_of": up_to_date.isoformat() if up_to_date else None,
         "created_at": table.created_at,
         "updated_at": table.updated_at,
     }
 
 
 def describe_rows(table: MaterializedTable, extended: bool, next_refresh: datetime | None,
-                  technique: str) -> list[tuple[str, str, str]]:
+                  technique: str, up_to_date: datetime | None) -> list[tuple[str, str, str]]:
     """Spark's DESCRIBE layout, with a section for what makes the table materialized."""
     pk = {c.lower() for c in (table.primary_key["columns"] if table.primary_key else ())}
     rows = []
-    for column in table.columns:
+    keys = {k.lower() for k in table.partition_keys}       # last, as Spark's table (and SELECT *) has them
+    for column in [c for c in table.columns if c.name.lower() not in keys] + \
+            [c for k in table.partition_keys if (c := table.column(k)) is not None]:
         data_type = column.type + ("" if column.nullable else " NOT NULL")
         notes = [n for n in (column.comment, "PRIMARY KEY" if column.name.lower() in pk else None,
                              f"computed: {column.computed}" if column.computed else None) if n]
@@ -134,6 +138,7 @@ def describe_rows(table: MaterializedTable, extended: bool, next_refresh: dateti
             ("Refresh Status", table.refresh_status),
             ("Refresh Handler", json.dumps(handler_document(table.refresh_handler), sort_keys=True)),
             ("Next Refresh", next_refresh.isoformat() if next_refresh else ""),
+            ("Up To Date As Of", up_to_date.isoformat() if up_to_date else ""),
             ("Change Detection", change_detection(table)),
             ("Refresh Policy", table.options.get(cfg.REFRESH_POLICY, "auto")),
             ("Refresh Technique", technique),

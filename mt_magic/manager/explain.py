@@ -17,6 +17,7 @@ from mt_magic.refresh.full import refresh_frame
 from mt_magic.results import Result
 from mt_magic.spark.query_plans import physical_plan
 from mt_magic.spark.errors import spark_call
+from mt_magic.sql.volatile import volatile_note
 
 COLUMNS = ["item", "value"]
 
@@ -30,6 +31,7 @@ def explain_refresh(pipelines: Pipelines, table: MaterializedTable, spec: dict[s
              else str(table.refresh_mode)),
             ("change detection", change_detection(table)),
             ("refresh policy", table.options.get(cfg.REFRESH_POLICY, "auto"))]
+    rows += _noted(table.definition_query)
     rows += [(f"source {source}", _source_text(situation, scheduled, source)) for source in table.source_tables]
     if scheduled.estimate is not None:
         rows.append(("cost estimate", scheduled.estimate.describe()))
@@ -44,7 +46,12 @@ def explain_refresh(pipelines: Pipelines, table: MaterializedTable, spec: dict[s
 def explain_create(summary: str, definition_query: str, spark: Any) -> Result:
     plan = physical_plan(spark_call(lambda: spark.sql(definition_query), "Spark"))
     return Result.table(COLUMNS, [("statement", summary), ("first refresh", "the whole table"),
-                                  ("Spark plan", plan)], message=summary)
+                                  *_noted(definition_query), ("Spark plan", plan)], message=summary)
+
+
+def _noted(definition_query: str) -> list[tuple[str, str]]:
+    note = volatile_note(definition_query)
+    return [("note", note)] if note else []
 
 
 def _source_text(situation: Situation, scheduled: RefreshDecision, source: str) -> str:

@@ -18,6 +18,7 @@ from mt_magic.results import Result
 from mt_magic.spark.analysis import AnalyzedQuery
 from mt_magic.spark.errors import error_text
 from mt_magic.sql.freshness import CONTINUOUS, ModeDecision
+from mt_magic.sql.volatile import volatile_note
 
 
 class Lifecycle:
@@ -28,6 +29,7 @@ class Lifecycle:
     def provision(self, table: MaterializedTable) -> Result:
         """CREATE's steps after validation; any failure undoes all of them and names the step."""
         identifier = table.identifier
+        self.pipelines.new_history(identifier)
         self.ws.store.put(table)
         step = "creating the Spark table"
         continuous = table.refresh_mode == CONTINUOUS
@@ -48,8 +50,10 @@ class Lifecycle:
             detail = error_text(error)
             raise ExecutionError(f"Failed to create materialized table {identifier} while {step}: "
                                  f"{detail}") from None
+        note = volatile_note(table.definition_query)
         return Result.ok(f"Created materialized table {identifier}, refresh mode {table.refresh_mode}, "
-                         f"freshness {table.freshness}{self.pipelines.next_text(identifier)}.")
+                         f"freshness {table.freshness}{self.pipelines.next_text(identifier)}."
+                         + (f" Note: {note}." if note else ""))
 
     def evolve_query(self, table: MaterializedTable, query: str, analyzed: AnalyzedQuery,
                      appended: tuple, changes: dict) -> Result:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from mt_magic.catalog.handlers import RecomputeHandler, RefreshHandler, ScheduleHandler
-from mt_magic.catalog.history import Trigger
+from mt_magic.catalog.history import Trigger, matched_at
 from mt_magic.catalog.model import ACTIVATED, SUSPENDED, MaterializedTable, Outcome, RefreshOutcome
 from mt_magic.errors import MaterializedTableError, StateError
 from mt_magic.manager.failures import FailureRule
@@ -50,6 +50,13 @@ class PipelineState:
     progress: Progress | None
     matched_at: float | None = None     # epoch seconds a skip last found the sources unchanged
     recent: tuple[dict, ...] = ()       # the newest history entries, newest first
+
+    def up_to_date_as_of(self) -> datetime | None:
+        """When the table last matched its sources: its data age counts from then (status, DESCRIBE
+        and the dashboard alike; see `history.matched_at`)."""
+        progress = self.progress
+        looked = max(progress.last_published or 0, progress.last_checked or 0) if progress is not None else 0
+        return matched_at(self.table.published_at, self.recent, max(looked, self.matched_at or 0) or None)
 
 
 class Pipelines:
@@ -105,8 +112,12 @@ class Pipelines:
     def first_refresh(self, table: MaterializedTable) -> MaterializedTable:
         return self.runs.run(table, {}, Trigger.INITIAL)[0]
 
-    def history(self, identifier: str | None, limit: int | None) -> list[dict]:
-        return self.runs.history.entries(identifier, limit)
+    def history(self, identifier: str | None, limit: int | None, earlier: bool = False) -> list[dict]:
+        return self.runs.history.entries(identifier, limit, earlier)
+
+    def new_history(self, identifier: str) -> None:
+        """A table created: its history starts empty, a dropped table's of the name kept apart."""
+        self.runs.history.set_aside(identifier)
 
     def progress(self, identifier: str) -> Progress | None:
         return self.streams.jobs.progress(identifier)
@@ -149,7 +160,10 @@ class Pipelines:
 
     def next_text(self, identifier: str) -> str:
         moment = self.scheduler.next_fire_time(identifier)
-        return f", next refresh {moment.strftime(SCHEDULE_TIME_FORMAT)}" if moment else ""
+        if moment is None:
+            return ""
+        zone = getattr(moment.tzinfo, "key", None) or moment.tzname()     # the session time zone's name
+        return f", next refresh {moment.strftime(SCHEDULE_TIME_FORMAT)} {zone}"
 
     # ======================================================= start/stop
     def start(self, table: MaterializedTable, fresh: bool, paused: bool = False,

@@ -244,7 +244,8 @@ class Runs:
             identifier, trigger, outcome.schedule_time, outcome.started_at, finished, outcome.outcome,
             outcome.rows, self.runner(), outcome.partition, outcome.error,
             self._lag(identifier, outcome, finished), freshness_s(table), reason=decision.reason,
-            technique=decision.technique, sources=decision.sources, **estimate, **(measures or {})))
+            technique=decision.technique, sources=decision.sources, **estimate, **(measures or {}),
+            created=table.created_at))
         log.info("Refresh of %s (%s%s): %s, %s rows in %.2f s%s", identifier, trigger,
                  f" {outcome.schedule_time}" if outcome.schedule_time else "", outcome.outcome,
                  outcome.rows if outcome.rows is not None else "no", outcome.duration_s,
@@ -260,7 +261,7 @@ class Runs:
         self.history.record(RefreshEntry(table.identifier, Trigger.SCHEDULED, schedule_time, moment, moment,
                                          Outcome.COALESCED, None, self.runner(), freshness_s=freshness_s(table),
                                          reason=f"the previous refresh was still running; merged into the "
-                                                f"fire of {into}"))
+                                                f"fire of {into}", created=table.created_at))
 
     def batch(self, identifier: str, progress: dict) -> None:
         """A streaming job's micro-batch that read rows, in the history like a refresh."""
@@ -272,7 +273,7 @@ class Runs:
         started = (datetime.fromisoformat(finished) - timedelta(seconds=took)).isoformat(timespec="milliseconds")
         self.history.record(RefreshEntry(identifier, Trigger.BATCH, None, started, finished, Outcome.SUCCEEDED,
                                          progress.get("numInputRows"), self.runner(), {}, None, took,
-                                         freshness_s(table), technique=Technique.STREAM))
+                                         freshness_s(table), technique=Technique.STREAM, created=table.created_at))
 
     def runner(self) -> Runner:
         return Runner(socket.gethostname(), os.getpid(), session_info(self.ws.spark).application_id)

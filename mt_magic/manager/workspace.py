@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import tzinfo
 from typing import Any
@@ -23,12 +24,24 @@ from mt_magic.sql.parser import parse_name
 from mt_magic.sql.zones import zone_named
 
 
+_SESSION_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+
 def check_folder_names(parts: tuple[str, str, str]) -> tuple[str, str, str]:
-    """Names become folders under the data directory: none may lead out of it, or hold a separator."""
+    """Names become folders under the data directory: none may lead out of it, or hold a separator.
+    Spark's session catalog takes names of ASCII letters, digits and underscores only, and says so
+    only when the table is created, after the work: here the plan says it first."""
+    quoted = ".".join(st.quote_identifier(part) for part in parts)
     for part in parts:
         if part in (".", "..") or any(c in part for c in "/\\\0"):
-            raise ValidationError(f"Table name {'.'.join(parts)}: a name part may not be '.' or '..' nor "
+            raise ValidationError(f"Table name {quoted}: a name part may not be '.' or '..' nor "
                                   "hold '/', '\\' or NUL, because it names a folder of the table's data.")
+    if parts[0] == SESSION_CATALOG:
+        for part in parts[1:]:
+            if not _SESSION_NAME.fullmatch(part):
+                raise ValidationError(f"Table name {quoted}: {st.quote_identifier(part)} is not a name Spark's "
+                                      f"session catalog '{SESSION_CATALOG}' takes; its database and table names "
+                                      "hold only the letters a-z and A-Z, digits and '_'.")
     return parts
 
 

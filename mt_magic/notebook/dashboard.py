@@ -140,8 +140,9 @@ class Dashboard(widgets.VBox):
                 if detail != self.detail.value:
                     with self.detail.hold_sync():
                         self.detail.value = detail
-            elif any(s.sources for s in statuses):
-                graph = graph_svg([s for s in statuses if s.identifier in self._rows])    # the page's
+            else:       # the page's tables; none left that read another: no picture (not the last one)
+                shown = [s for s in statuses if s.identifier in self._rows]
+                graph = graph_svg(shown) if any(s.sources for s in shown) else ""
                 if graph != self.graph.value:
                     with self.graph.hold_sync():
                         self.graph.value = graph

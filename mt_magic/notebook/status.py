@@ -75,7 +75,7 @@ def table_statuses(gateway: Gateway, now: datetime | None = None) -> list[TableS
 def _status(state: PipelineState, readers: tuple[str, ...], now: datetime) -> TableStatus:
     table = state.table
     history = _history(state)
-    published = _published_at(state, history)
+    published = state.up_to_date_as_of()
     last_failed = history[-1].error if history and history[-1].outcome == Outcome.FAILED else None
     error = table.suspend_reason or (table.job.failure if table.job else None) or last_failed
     return TableStatus(
@@ -92,23 +92,6 @@ def _status(state: PipelineState, readers: tuple[str, ...], now: datetime) -> Ta
 def _history(state: PipelineState) -> list[Refresh]:
     """The recent refreshes, skips, failures and micro-batches, oldest first."""
     return [_from_entry(e) for e in reversed(state.recent)]
-
-
-def _published_at(state: PipelineState, history: list[Refresh]) -> datetime | None:
-    """When the data last matched its sources: the published version (however many refreshes
-    failed since), a streaming job's last micro-batch or its last look that found nothing new, or a
-    skip that found nothing changed."""
-    progress = state.progress
-    looked = max(progress.last_published or 0, progress.last_checked or 0) if progress is not None else 0
-    if looked:
-        return datetime.fromtimestamp(looked, timezone.utc)
-    moments = [_parse(state.table.published_at)] if state.table.published_at else []
-    moments += [r.started_at + timedelta(seconds=r.duration_s) for r in history
-                if r.target == "batch" and r.outcome == Outcome.SUCCEEDED][-1:]
-    published = max(moments) if moments else None
-    if state.matched_at is not None and published is not None:
-        return max(published, datetime.fromtimestamp(state.matched_at, timezone.utc))
-    return published
 
 
 def _from_entry(entry: dict) -> Refresh:

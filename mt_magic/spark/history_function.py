@@ -4,7 +4,8 @@ reads the refresh history in the catalog store's folder.
 It runs in a Python worker of the Spark application (over Connect, the server's), which must see the
 store's folder and import mt_magic — as the CONTINUOUS sink must. The name matches a table's
 identifier whole or by its last parts (`daily_sales`, `db.daily_sales`); no argument (or NULL) gives
-every table's history, newest first.
+every table's history, newest first. Of the tables as they are now: a second argument TRUE adds the
+runs of tables dropped before (`created` tells the tables of one name apart).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from typing import Any
 
 FUNCTION_NAME = "mt_refresh_history"
-SCHEMA = ("table string, trigger string, schedule_time string, started string, finished string, "
+SCHEMA = ("table string, created string, trigger string, schedule_time string, started string, finished string, "
           "outcome string, rows bigint, partitions string, error string, lag_s double, freshness_s double, "
           "reason string, technique string, sources string, estimate string, delta_rows bigint, delta_bytes bigint, "
           "jobs bigint, phases string, host string, pid int, application_id string")
@@ -23,15 +24,15 @@ def register_history_function(spark: Any, store_path: str) -> None:
     from pyspark.sql.functions import udtf
 
     class RefreshHistoryFunction:
-        def eval(self, name: str | None = None):
+        def eval(self, name: str | None = None, earlier: bool | None = None):
             from mt_magic.catalog.history import RefreshHistory
             wanted = (name or "").replace("`", "").lower()
-            for entry in RefreshHistory(store_path).entries():
+            for entry in RefreshHistory(store_path).entries(earlier=bool(earlier)):
                 table = entry.get("table", "")
                 if wanted and table.lower() != wanted and not table.lower().endswith("." + wanted):
                     continue
                 runner = entry.get("runner") or {}
-                yield (table, entry.get("trigger"), entry.get("schedule_time"), entry.get("started"),
+                yield (table, entry.get("created"), entry.get("trigger"), entry.get("schedule_time"), entry.get("started"),
                        entry.get("finished"), entry.get("outcome"), entry.get("rows"),
                        json.dumps(entry.get("partitions") or {}, sort_keys=True), entry.get("error"),
                        entry.get("lag_s"), entry.get("freshness_s"), entry.get("reason"), entry.get("technique"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import re
@@ -9,13 +10,14 @@ import sys
 import tempfile
 import weakref
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from mt_magic.catalog.lease import process_alive
 from mt_magic.spark.kind import is_connect
 from mt_magic.spark.warehouse import adopt_leftover_tables
 
@@ -89,8 +91,16 @@ LOG_ENV = "MT_MAGIC_SPARK_LOG"
 
 def spark_log_path() -> str:
     """Where the JVM of a local session writes its own output (banner, warnings, Python workers'
-    lines): MT_MAGIC_SPARK_LOG, else a file per process in the temporary folder."""
-    return os.environ.get(LOG_ENV) or os.path.join(tempfile.gettempdir(), f"mt_magic-spark-{os.getpid()}.log")
+    lines): MT_MAGIC_SPARK_LOG, else a file per process in the temporary folder. Those of processes
+    that have ended go then: one per kernel would pile up."""
+    if os.environ.get(LOG_ENV):
+        return os.environ[LOG_ENV]
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), "mt_magic-spark-*.log")):
+        pid = os.path.basename(path).removeprefix("mt_magic-spark-").removesuffix(".log")
+        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
+            with suppress(OSError):      # another process sweeping too
+                os.unlink(path)
+    return os.path.join(tempfile.gettempdir(), f"mt_magic-spark-{os.getpid()}.log")
 
 
 def local_session(app_name: str = "mt_magic", warehouse: str | None = None, remote: str | None = None) -> Any:
@@ -106,8 +116,8 @@ def local_session(app_name: str = "mt_magic", warehouse: str | None = None, remo
         conf["spark.sql.warehouse.dir"] = warehouse
     remote = remote or os.environ.get(REMOTE_ENV)
     if remote:
-        return _connect_session(remote, app_name, conf, local=True)
-    return _classic_session("local[2]", app_name, conf, local=True)
+        return _connect_session(remote, app_name, conf)
+    return _classic_session("local[2]", app_name, conf)
 
 
 def service_session(master: str | None, remote: str | None, conf: Mapping[str, str],
@@ -122,16 +132,16 @@ def service_session(master: str | None, remote: str | None, conf: Mapping[str, s
     return _classic_session(master or "local[*]", "mt_magic-service", settings, connect_port)
 
 
-def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connect_port: int | None = None,
-                     local: bool = False) -> Any:
+def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connect_port: int | None = None) -> Any:
     """A classic session; with `connect_port`, one that serves Spark Connect there too. Its sessions
     then read table locations from the catalog each time (no per-session relation cache), so one
     session's publish is what every other session reads next.
 
     Its Python workers (UDFs, a Connect client's foreachBatch) run this interpreter unless
-    PYSPARK_PYTHON says otherwise: a kernel in a virtual environment needs no setting. A `local`
-    session (a notebook's, the demo's, the tests') sends the JVM's own output to `spark_log_path()`
-    instead of this process's stdout and stderr, which a notebook shows in whatever cell runs. A new
+    PYSPARK_PYTHON says otherwise: a kernel in a virtual environment needs no setting. The JVM's own
+    output goes to `spark_log_path()`, not this process's stdout and stderr: a notebook shows those in
+    whatever cell runs, and a service's log holds its own lines only (a failing query's task errors
+    and Java stacks, in log4j's format, made it two logs in one). A new
     application on Spark's in-memory catalog (a notebook's, a service's) registers again the managed
     tables a previous run left in its warehouse (spark/warehouse.py): its sources are there again."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -145,8 +155,7 @@ def _classic_session(master: str, app_name: str, conf: Mapping[str, str], connec
     for key, value in settings.items():
         builder = builder.config(key, value)
     started = SparkSession.getActiveSession() is None and SparkContext._active_spark_context is None
-    if local:
-        _launch_quietly(settings)
+    _launch_quietly(settings)
     spark = builder.getOrCreate()
     # Only a new application has a catalog that forgot (a second call returns the same session).
     if started and spark.conf.get("spark.sql.catalogImplementation", "in-memory") == "in-memory":
@@ -178,7 +187,7 @@ def _launch_quietly(settings: Mapping[str, str]) -> None:
             gateway=launch_gateway(conf, popen_kwargs={"stdout": log_file, "stderr": log_file}))
 
 
-def _connect_session(remote: str, app_name: str, conf: dict[str, str], local: bool = False) -> Any:
+def _connect_session(remote: str, app_name: str, conf: dict[str, str]) -> Any:
     """A Spark Connect client. For 'local[N]' the server is a classic session of this process that
     serves Connect on a free port (as PySpark's own local mode does, but never on a taken port)."""
     import warnings
@@ -187,7 +196,7 @@ def _connect_session(remote: str, app_name: str, conf: dict[str, str], local: bo
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)   # inherited from a parent client process
     if remote.startswith("local"):
         port = _free_port()
-        _classic_session(remote, app_name, conf, port, local)
+        _classic_session(remote, app_name, conf, port)
         remote = f"sc://127.0.0.1:{port}"
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"    # PySpark's own mark of a Connect client process
     client = ConnectSession.builder.remote(remote)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field, replace
 
@@ -13,6 +14,9 @@ from mt_magic.sql.tokens import Kind, Segment, Token, line_column, segments_of, 
 _FRESHNESS_MESSAGE = ("MATERIALIZED TABLE only supports define interval type FRESHNESS, "
                       "please refer to the materialized table document.")
 _TYPE_STOPS = ("METADATA", "NOT", "NULL", "CONSTRAINT", "PRIMARY", "COMMENT")
+# CREATE MATERIALIZED TABLE's clauses in their order, each with the field it fills.
+_CREATE_CLAUSES = [("comment", "COMMENT"), ("partition_keys", "PARTITIONED BY"), ("options", "WITH"),
+                   ("freshness", "FRESHNESS"), ("refresh_mode", "REFRESH_MODE")]
 
 
 def parse(text: str) -> list[st.Statement]:
@@ -161,7 +165,19 @@ class _Parser:
             return self.set_option()
         if first.is_word("RESET") and self.peek().kind in (Kind.STRING, Kind.EOF):
             return self.reset_option()
+        if first.is_word("CREATE", "ALTER", "DROP", "SHOW", "EXPLAIN", "DESCRIBE", "DESC"):
+            self._near_miss()
         return st.SparkStatement(self.statement_text)
+
+    def _near_miss(self) -> None:
+        """`CREATE MATERIALISED TABLE` is ours misspelt, not Spark's to answer without a caret."""
+        for index in range(1, 5):
+            token = self.peek(index)
+            if token.kind is Kind.WORD and not token.is_word("MATERIALIZED") and \
+                    self.peek(index + 1).is_word("TABLE", "TABLES") and \
+                    difflib.get_close_matches(token.value.upper(), ["MATERIALIZED"], cutoff=0.8):
+                raise self.error("", token=token, message=f"Encountered {token.describe()}; did you mean "
+                                                          "MATERIALIZED?")
 
     def _is_materialized(self, start: int) -> bool:
         """CREATE/DROP [OR ALTER|OR REPLACE] [TEMPORARY] MATERIALIZED ..."""
@@ -287,7 +303,7 @@ class _Parser:
         if self.accept("REFRESH_MODE"):
             fields["refresh_mode"] = self.refresh_mode()
         if not self.token.is_word("AS"):
-            raise self.error(self._create_expected(fields))
+            raise self.error(self._create_expected(fields), message=self._misplaced(fields))
         as_token = self.advance()
         return st.CreateMaterializedTable(self.statement_text, name=name, or_alter=or_alter,
                                           query=self.query_after(as_token), **fields)
@@ -330,10 +346,23 @@ class _Parser:
 
     @staticmethod
     def _create_expected(seen: dict) -> str:
-        order = [("comment", "COMMENT"), ("partition_keys", "PARTITIONED BY"), ("options", "WITH"),
-                 ("freshness", "FRESHNESS"), ("refresh_mode", "REFRESH_MODE")]
-        last = max((i for i, (key, _) in enumerate(order) if key in seen), default=-1)
-        return ", ".join(f'"{word}"' for _, word in order[last + 1:]) + (", " if last < 4 else "") + '"AS"'
+        last = max((i for i, (key, _) in enumerate(_CREATE_CLAUSES) if key in seen), default=-1)
+        return ", ".join(f'"{word}"' for _, word in _CREATE_CLAUSES[last + 1:]) + (", " if last < 4 else "") + '"AS"'
+
+    def _misplaced(self, seen: dict) -> str | None:
+        """A clause after one it comes before (`FRESHNESS … WITH (…)`): say the order, not only what
+        may follow."""
+        words = [word for _, word in _CREATE_CLAUSES]
+        here = next((i for i, word in enumerate(words) if self.token.is_word(word.split()[0])), None)
+        if here is None:
+            return None
+        later = next((word for key, word in _CREATE_CLAUSES[here:] if key in seen), None)
+        if later is None:
+            return None
+        return (f"Encountered {self.token.describe()}; expected {self._create_expected(seen)}. "
+                + (f"{words[here]} is given twice." if later == words[here] else
+                   f"{words[here]} comes before {later}: a CREATE MATERIALIZED TABLE's clauses go in the order "
+                   f"{', '.join(words)}, then AS."))
 
     def table_elements(self) -> dict:
         self.expect_symbol("(")

@@ -15,3 +15,13 @@ def volatile_calls(query: str) -> list[str]:
     """The volatile functions a query names (with or without parentheses, as Spark allows)."""
     return sorted({t.value.lower() for t in tokenize(query)
                    if t.kind is Kind.WORD and t.value.lower() in VOLATILE_FUNCTIONS})
+
+
+def volatile_note(query: str) -> str | None:
+    """What a user must know of a table whose query calls one, said where they look (CREATE's result,
+    EXPLAIN; DESCRIBE's change detection says it too)."""
+    calls = volatile_calls(query)
+    if not calls:
+        return None
+    return (f"its query calls {', '.join(c.upper() for c in calls)}: the table can never equal a new run of "
+            "its query, and every refresh recomputes it")

@@ -72,7 +72,7 @@ class SessionStatements(Family):
         return make_plan(f"would describe {identifier}", lambda: Result.table(
             ["col_name", "data_type", "comment"],
             describe_rows(table, statement.extended, self.pipelines.next_refresh(table),
-                          self.pipelines.technique(table))))
+                          self.pipelines.technique(table), self.pipelines.state(table).up_to_date_as_of())))
 
     def _set(self, statement: st.SetOption) -> Plan:
         key, value = statement.key, statement.value
