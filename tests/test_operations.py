@@ -59,6 +59,9 @@ def test_failed_runs_suspend_the_table_and_resume_clears_them(spark, gw, sales, 
     printed = subprocess.run([sys.executable, "-m", "mt_magic", "status", "--store", store_path],
                              capture_output=True, text=True, check=True).stdout
     assert "SUSPENDED (3 consecutive failed refreshes" in printed, printed
+    helped = subprocess.run([sys.executable, "-m", "mt_magic", "status", "--help"], capture_output=True, text=True,
+                            check=True).stdout     # which store it reads when --store is not given
+    assert "(default: $MT_MAGIC_CATALOG_STORE, else .mt_magic/catalog.json)" in " ".join(helped.split()), helped
     assert table_rows(spark, "checked") == before                   # the old data stays readable
     assert [e["outcome"] for e in gw.history("checked")][:3] == ["FAILED"] * 3
     spark.sql("INSERT OVERWRITE sales VALUES ('2024-01-03', 9, 10.0)")
