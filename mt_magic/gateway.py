@@ -220,9 +220,11 @@ class Gateway:
         """Refreshes newest first (of one table, or of all): table, created (which table of the name),
         trigger, schedule_time, started, finished, outcome, rows, partitions, error, technique and
         reason, what each source did, what 'auto' weighed (estimate), the rows and bytes an incremental
-        refresh read of the appended files (delta_rows, delta_bytes), the Spark jobs it ran and the
-        seconds of its phases (decide, run, record), and the runner (host, pid, application id). Of the
-        tables as they are now; `earlier` adds those of tables dropped before (of the same name)."""
+        refresh read of the appended files (delta_rows, delta_bytes), the rows it inserted into and
+        deleted from the table and the rows the table holds after (inserted, deleted, table_rows), the
+        Spark jobs it ran and the seconds of its phases (decide, run, record), and the runner (host,
+        pid, application id). Of the tables as they are now; `earlier` adds those of tables dropped
+        before (of the same name)."""
         identifier = ".".join(self._ws.identifier(self._ws.name(name))) if name else None
         return self.pipelines.history(identifier, limit, earlier)
 

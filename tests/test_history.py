@@ -101,3 +101,44 @@ def test_a_refresh_says_its_spark_jobs_and_the_time_of_each_phase(spark, gw, sal
     assert (last["jobs"], last["phases"]) == (entry["jobs"], {k: phases[k] for k in ("decide", "run")}), last
     chart = Dashboard(gw, run_for_dashboard(gw.execute), entry["table"]).detail.value
     assert f"run {phases['run']:.2f} s, record {phases['record']:.2f} s" in chart
+
+
+def test_a_refresh_says_the_rows_it_inserted_and_deleted(spark, gw, db):
+    """One refresh shows its cost followed the change: a day of the source rewritten takes that day's
+    rows out of a filter's table and puts its rows now in, not the table's (a partition refreshed: its
+    rows); an append deletes nothing; a skip changes nothing; a refresh that writes the whole table
+    again deleted all it held. In the history, mt_refresh_history, DESCRIBE EXTENDED's last refresh
+    and the dashboard's chart."""
+    spark.sql("CREATE TABLE events (k INT, v INT, day STRING) USING parquet PARTITIONED BY (day)")
+    spark.sql("INSERT INTO events VALUES (1, 5, 'd1'), (2, -1, 'd1'), (3, 7, 'd2'), (4, 8, 'd2'), (5, 9, 'd3')")
+    for name, query in (("kept", "SELECT k, v, day FROM events WHERE v > 0"),
+                        ("by_day", "SELECT day, SUM(v) AS v FROM events GROUP BY day")):
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} {'PARTITIONED BY (day) ' if name == 'by_day' else ''}"
+                   f"WITH ('refresh.policy' = 'incremental') FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL "
+                   f"AS {query}")
+
+    def refreshed(name: str, schedule_time: str | None = None) -> tuple:
+        gw.refresh(name, schedule_time=schedule_time)
+        entry = gw.history(name, limit=1)[0]
+        assert entry["table_rows"] in (None, spark.table(name).count()), entry
+        return entry["technique"], entry["inserted"], entry["deleted"], entry["table_rows"]
+
+    assert [(e["inserted"], e["deleted"], e["table_rows"]) for e in (gw.history("kept")[0], gw.history("by_day")[0])] \
+        == [(4, 0, 4), (3, 0, 3)]
+    spark.sql("INSERT OVERWRITE events PARTITION (day = 'd2') VALUES (3, 7), (6, -2), (7, 1), (8, 2)")
+    assert refreshed("kept") == ("incremental", 3, 2, 5)
+    gw.execute("ALTER MATERIALIZED TABLE by_day REFRESH PARTITION (day = 'd2')")
+    entry = gw.history("by_day", limit=1)[0]
+    assert (entry["technique"], entry["inserted"], entry["deleted"], entry["table_rows"]) == ("partitions", 1, 1, 3)
+    spark.sql("INSERT INTO events VALUES (9, 3, 'd3')")
+    assert refreshed("kept") == ("incremental", 1, 0, 6)
+    assert refreshed("kept", schedule_time="2024-01-03 00:00:00") == ("skip", 0, 0, 6)
+    assert refreshed("kept") == ("full", 6, 6, 6)       # a manual refresh recomputes
+    rows = spark.sql("SELECT technique, inserted, deleted, table_rows FROM mt_refresh_history('kept')").collect()
+    assert [tuple(r) for r in rows] == [("full", 6, 6, 6), ("skip", 0, 0, 6), ("incremental", 1, 0, 6),
+                                        ("incremental", 3, 2, 5), (rows[-1].technique, 4, 0, 4)]
+    described = {r[0]: r[1] for r in gw.execute("DESCRIBE EXTENDED kept")[-1].rows}
+    last = json.loads(described["Last Refresh"])
+    assert (last["inserted"], last["deleted"]) == (6, 6), last
+    chart = Dashboard(gw, run_for_dashboard(gw.execute), gw.history("kept")[0]["table"]).detail.value
+    assert "+3 −2 rows" in chart and "+1 −0 rows" in chart and "+6 −6 rows" in chart

@@ -85,6 +85,9 @@ class RefreshEntry:
     jobs: int | None = None         # the Spark jobs the refresh ran (None over Spark Connect: not told)
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent deciding, running, recording
     created: str | None = None      # when the table was created: which of the tables of its name ran
+    inserted: int | None = None     # rows the refresh put into the table (compactions aside) …
+    deleted: int | None = None      # … and took out of it
+    table_rows: int | None = None   # the rows the table holds after (None: not known)
 
 
 class RefreshHistory:

@@ -87,6 +87,8 @@ class RefreshOutcome:
     error: str | None = None
     jobs: int | None = None         # the Spark jobs it ran (None: not told, over Spark Connect)
     phases: dict[str, float] = field(default_factory=dict)   # seconds: decide, run (and, in the history, record)
+    inserted: int | None = None     # rows it put into the table (refresh.table_change) …
+    deleted: int | None = None      # … and took out of it (None: not counted)
 
     @classmethod
     def from_document(cls, doc: dict) -> RefreshOutcome:

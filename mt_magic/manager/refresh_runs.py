@@ -9,7 +9,7 @@ import os
 import socket
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from mt_magic import config as cfg
@@ -23,10 +23,12 @@ from mt_magic.refresh.choice import Chooser, Known
 from mt_magic.refresh.decision import RefreshDecision, Situation, decide
 from mt_magic.refresh.full import job_group, run_refresh
 from mt_magic.refresh.incremental import Maintained, Maintainer
+from mt_magic.refresh.table_change import table_change, unchanged
 from mt_magic.storage.manifests import Manifests
 from mt_magic.spark.tables import forgetting_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import error_text, spark_call
+from mt_magic.spark.files import Listing
 from mt_magic.spark.jobs import group_jobs
 from mt_magic.spark.sessions import session_info
 from mt_magic.sql.freshness import IntervalFreshness
@@ -48,6 +50,7 @@ class _Work:
 
     clock: float
     jobs: frozenset[int] | None
+    files: Listing              # the table's published files
 
 
 class _Moved(Exception):
@@ -106,7 +109,8 @@ class Runs:
                 return current, self._skipped(current, trigger, decision, started)
             dynamic = current.dynamic_options if trigger in (Trigger.SCHEDULED, Trigger.CATCH_UP) else {}
             self.running.add(identifier)
-            work = _Work(time.monotonic(), group_jobs(self.ws.spark, job_group(current)))
+            work = _Work(time.monotonic(), group_jobs(self.ws.spark, job_group(current)),
+                         self.ws.storage.published_files(current))
             try:
                 maintained, read = self._execute(situation, decision, dynamic, listings)
             except BaseException as error:
@@ -124,7 +128,7 @@ class Runs:
                                  decision.target.describe(), started.schedule_time)
         self.matched[table.identifier] = time.time()    # the data is as fresh as now
         if trigger is not Trigger.CHANGE:     # a CONTINUOUS table's idle triggers are not news
-            self.record(table, trigger, outcome, decision)
+            self.record(table, trigger, outcome, decision, unchanged(self._rows_held(table)).measures())
         return outcome
 
     def _failed(self, table: MaterializedTable, trigger: Trigger, decision: RefreshDecision, started: _Started,
@@ -147,8 +151,12 @@ class Runs:
         ran = time.monotonic()
         jobs = None if work.jobs is None else len(group_jobs(self.ws.spark, job_group(table)) - work.jobs)
         phases = {"decide": round(work.clock - started.clock, 3), "run": round(ran - work.clock, 3)}
+        change = table_change(self.ws.spark, table, work.files,
+                              self.ws.storage.published_files(replace(table, storage=result.storage)),
+                              result.rows, maintained.compacted, self._rows_held(table))
         outcome = RefreshOutcome(started.at, result.duration_s, Outcome.SUCCEEDED, result.rows, target.describe(),
-                                 started.schedule_time, jobs=jobs, phases=phases)
+                                 started.schedule_time, jobs=jobs, phases=phases, inserted=change.inserted,
+                                 deleted=change.deleted)
         # The table matches the sources after a refresh of all it could have changed in (what it
         # read is what the snapshot listed: the files themselves, or a steady state); a partial one
         # whose sources changed as it read may not have rewritten every partition that changed.
@@ -161,8 +169,8 @@ class Runs:
             outcome, storage=result.storage, source_snapshot=matched, published_at=now_iso())))
         self.manifests.keep_only(root, matched)
         recorded = {**phases, "record": round(time.monotonic() - ran, 3)}
-        self.record(table, trigger, outcome, decision,
-                    {**delta_read(decision, situation, maintained), "jobs": jobs, "phases": recorded})
+        self.record(table, trigger, outcome, decision, {**delta_read(decision, situation, maintained),
+                                                         **change.measures(), "jobs": jobs, "phases": recorded})
         if self.owner:       # leftovers are the owner's to sweep, never a client's
             self.ws.storage.sweep(updated, self.ws.retention_s(), just_published=True)
         return updated, outcome
@@ -274,6 +282,16 @@ class Runs:
         self.history.record(RefreshEntry(identifier, Trigger.BATCH, None, started, finished, Outcome.SUCCEEDED,
                                          progress.get("numInputRows"), self.runner(), {}, None, took,
                                          freshness_s(table), technique=Technique.STREAM, created=table.created_at))
+
+    def _rows_held(self, table: MaterializedTable) -> int | None:
+        """The rows the table holds, as its newest refresh or skip counted them (None after a streaming
+        batch, or before any count)."""
+        for entry in self.history.entries(table.identifier, 50):
+            if entry["trigger"] == Trigger.BATCH:
+                return None
+            if entry["outcome"] in (Outcome.SUCCEEDED, Outcome.SKIPPED):
+                return entry.get("table_rows")
+        return None
 
     def runner(self) -> Runner:
         return Runner(socket.gethostname(), os.getpid(), session_info(self.ws.spark).application_id)

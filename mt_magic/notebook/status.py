@@ -25,6 +25,8 @@ class Refresh:
     reason: str | None = None          # why it ran as it did
     jobs: int | None = None            # the Spark jobs it ran (None: not told, over Spark Connect)
     phases: dict[str, float] = field(default_factory=dict)    # seconds per phase: decide, run, record
+    inserted: int | None = None        # rows it put into the table and took out of it (None: not counted)
+    deleted: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def _from_entry(entry: dict) -> Refresh:
         ", ".join(f"{k}={v}" for k, v in (entry.get("partitions") or {}).items()) or "whole table"
     return Refresh(started, (finished - started).total_seconds(), entry.get("rows"), Outcome(entry["outcome"]),
                    target, entry.get("error"), entry.get("lag_s"), entry.get("technique"), entry.get("reason"),
-                   entry.get("jobs"), entry.get("phases") or {})
+                   entry.get("jobs"), entry.get("phases") or {}, entry.get("inserted"), entry.get("deleted"))
 
 
 def _handler_text(handler: RefreshHandler | None) -> str:

@@ -60,6 +60,7 @@ class Maintained:
     delta_rows: int | None = None           # the rows read of the appended files
     state_format: str = STATE_FORMAT
     kept: KeptState | KeptRows | None = None    # the partials (the rows) kept by source partition
+    compacted: frozenset[str] = frozenset()     # published files whose rows it wrote again into fewer
 
     def manifest(self, listings: dict) -> Manifest:
         return Manifest(listings, self.state, self.state_schema, self.state_format, self.kept)
@@ -178,14 +179,16 @@ class Maintainer:
                 stages.append(self.storage.new_version(table))
                 written.append(self.rows.write(table, self.rows.compacted(table, crowded, listing), stages[1]))
             location = table.storage.location.rstrip("/")
-            gone = {n for p in dropped for n in kept.files.get(p, ())} | {n for names in crowded.values() for n in names}
+            compacted = {n for names in crowded.values() for n in names}
+            gone = {n for p in dropped for n in kept.files.get(p, ())} | compacted
             published = self._publish(table, extended(self.storage, table, stages, [f"{location}/{n}" for n in gone]))
         finally:
             for stage in stages:
                 self.storage.remove(stage)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           delta_rows=relations.delta_rows(),
-                          kept=KeptRows(keeping.source, keeping.provenance, merged(kept.files, gone, *written)))
+                          kept=KeptRows(keeping.source, keeping.provenance, merged(kept.files, gone, *written)),
+                          compacted=frozenset(f"{location}/{n}" for n in compacted))
 
     def _scope(self, table: MaterializedTable, what: str) -> Relations:
         return Relations(self.spark, table, what)
@@ -219,7 +222,7 @@ class Maintainer:
             for stage in stages:
                 self.storage.remove(stage)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
-                          delta_rows=read)
+                          delta_rows=read, compacted=frozenset(rewritten))
 
     def _compacted(self, table: MaterializedTable, files: Listing) -> Any:
         """The rows of the table's `files`, to be written again in as few files as they need."""

@@ -17,7 +17,7 @@ FUNCTION_NAME = "mt_refresh_history"
 SCHEMA = ("table string, created string, trigger string, schedule_time string, started string, finished string, "
           "outcome string, rows bigint, partitions string, error string, lag_s double, freshness_s double, "
           "reason string, technique string, sources string, estimate string, delta_rows bigint, delta_bytes bigint, "
-          "jobs bigint, phases string, host string, pid int, application_id string")
+          "inserted bigint, deleted bigint, table_rows bigint, jobs bigint, phases string, host string, pid int, application_id string")
 
 
 def register_history_function(spark: Any, store_path: str) -> None:
@@ -37,7 +37,8 @@ def register_history_function(spark: Any, store_path: str) -> None:
                        json.dumps(entry.get("partitions") or {}, sort_keys=True), entry.get("error"),
                        entry.get("lag_s"), entry.get("freshness_s"), entry.get("reason"), entry.get("technique"),
                        json.dumps(entry.get("sources") or {}, sort_keys=True), entry.get("estimate"),
-                       entry.get("delta_rows"), entry.get("delta_bytes"), entry.get("jobs"),
+                       entry.get("delta_rows"), entry.get("delta_bytes"), entry.get("inserted"),
+                       entry.get("deleted"), entry.get("table_rows"), entry.get("jobs"),
                        json.dumps(entry.get("phases") or {}, sort_keys=True), runner.get("host"), runner.get("pid"),
                        runner.get("application_id"))
 
