@@ -13,15 +13,19 @@ count in neither.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from mt_magic.catalog.model import MaterializedTable
+from mt_magic.errors import SparkError
 from mt_magic.refresh.choice import table_reading
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Listing
 from mt_magic.spark.frames import files_frame, listed_by_driver
 from mt_magic.storage.linked import version_relative
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,9 +60,14 @@ def table_change(spark: Any, table: MaterializedTable, before: Listing, after: L
     return TableChange(inserted, deleted, inserted if whole else rows_before - deleted + inserted)
 
 
-def _rows_of(spark: Any, table: MaterializedTable, files: Listing) -> int:
+def _rows_of(spark: Any, table: MaterializedTable, files: Listing) -> int | None:
+    """None where they cannot be counted (the refresh is published: a count's failure is no failure of it)."""
     reading = table_reading(table)
-    with listed_by_driver(spark, files):
-        frame = files_frame(spark, reading.format, reading.schema, reading.options, tuple(sorted(files)),
-                            reading.partition_columns)
-        return spark_call(frame.count, f"Counting the rows a refresh of {table.identifier} deleted")
+    try:
+        with listed_by_driver(spark, files):
+            frame = files_frame(spark, reading.format, reading.schema, reading.options, tuple(sorted(files)),
+                                reading.partition_columns)
+            return spark_call(frame.count, f"Counting the rows a refresh of {table.identifier} deleted")
+    except SparkError as error:
+        log.warning("%s", error)
+        return None
