@@ -179,19 +179,20 @@ def matched_at(published_at: str | None, recent: Iterable[dict], checked: float 
     version, or later the newest refresh or skip of the whole table (a skip found no source changed)
     or streaming batch in `recent` (newest first), or `checked` (epoch seconds: a running stream's, or
     this process's, last look that found nothing new)."""
-    moments = [_moment(published_at)] if published_at else []
+    moments = [moment(published_at)] if published_at else []
     whole = next((e for e in recent if e.get("outcome") in ("SUCCEEDED", "SKIPPED")
                   and (e.get("trigger") == "batch" or not e.get("partitions"))), None)
     if whole is not None:
-        moments.append(_moment(whole["finished"]))
+        moments.append(moment(whole["finished"]))
     if checked:
         moments.append(datetime.fromtimestamp(checked, UTC))
     return max(moments) if moments else None
 
 
-def _moment(text: str) -> datetime:
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+def moment(text: str) -> datetime:
+    """An entry's time, aware (entries written before times carried their offset are UTC)."""
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def history_file_name(table: str) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from mt_magic.catalog.handlers import JobHandler, RefreshHandler, ScheduleHandler
+from mt_magic.catalog.history import moment
 from mt_magic.catalog.model import Outcome
 from mt_magic.gateway import Gateway
 from mt_magic.manager.pipelines import PipelineState
@@ -97,7 +98,7 @@ def _history(state: PipelineState) -> list[Refresh]:
 
 
 def _from_entry(entry: dict) -> Refresh:
-    started, finished = _parse(entry["started"]), _parse(entry["finished"])
+    started, finished = moment(entry["started"]), moment(entry["finished"])
     target = "batch" if entry["trigger"] == "batch" else \
         ", ".join(f"{k}={v}" for k, v in (entry.get("partitions") or {}).items()) or "whole table"
     return Refresh(started, (finished - started).total_seconds(), entry.get("rows"), Outcome(entry["outcome"]),
@@ -113,6 +114,3 @@ def _handler_text(handler: RefreshHandler | None) -> str:
     return ""
 
 
-def _parse(text: str) -> datetime:
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
