@@ -109,13 +109,13 @@ def history_svg(history: Sequence[Refresh], freshness: timedelta, width: int = 3
 
 
 def _work(refresh: Refresh) -> str:
-    """What a refresh did, as its bar's tooltip says it: the rows it inserted and deleted, the seconds
-    of each phase, its Spark jobs."""
-    parts = [f"+{refresh.inserted} −{refresh.deleted} rows"] \
-        if refresh.inserted is not None and refresh.deleted is not None else []
-    parts += [f"{phase} {refresh.phases[phase]:.2f} s" for phase in ("decide", "run", "record") if phase in refresh.phases]
+    """What a refresh did, as its bar's tooltip says it: the seconds of each phase, its Spark jobs, the
+    rows it inserted and deleted."""
+    parts = [f"{phase} {refresh.phases[phase]:.2f} s" for phase in ("decide", "run", "record") if phase in refresh.phases]
     if refresh.jobs is not None:
         parts.append(f"{refresh.jobs} Spark job{'s' if refresh.jobs != 1 else ''}")
+    if refresh.inserted is not None and refresh.deleted is not None:
+        parts.append(f"+{refresh.inserted} −{refresh.deleted} rows")
     return f" ({', '.join(parts)})" if parts else ""
 
 

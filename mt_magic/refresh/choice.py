@@ -30,7 +30,7 @@ from mt_magic.incremental.provenance import FILE, Provenance, by_file
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
 from mt_magic.refresh.provenance_state import Keeping, Retraction
 from mt_magic.spark.query_plans import analysed_operators
-from mt_magic.spark.commands import alongside
+from mt_magic.spark.commands import alongside, settle
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files
 from mt_magic.spark.frames import query_frame, query_over
@@ -128,7 +128,7 @@ class Chooser:
                 return known
             known = (token, Future())
             answers[key] = known
-        alongside(self.spark, _settle, known[1], request)
+        alongside(self.spark, settle, known[1], request)
         return known
 
     def _settled(self, answers: dict[str, tuple[Any, Future[_A]]], key: str, entry: tuple[Any, Future[_A]]) -> _A:
@@ -319,12 +319,6 @@ def table_reading(table: MaterializedTable) -> Reading:
     schema = T.StructType([T.StructField(c.name, type_from_json(c.type_json), True) for c in ordered])
     return Reading(table.storage.format, schema, data_source_options(table.options), table.partition_keys)
 
-
-def _settle(answer: Future[_A], request: Callable[[], _A]) -> None:
-    try:
-        answer.set_result(request())
-    except BaseException as error:   # noqa: BLE001 - handed to whoever waits for the answer
-        answer.set_exception(error)
 
 
 def _unjudged(table: MaterializedTable) -> Rule:

@@ -14,6 +14,8 @@ count in neither.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,9 +46,11 @@ def unchanged(rows: int | None) -> TableChange:
 
 
 def table_change(spark: Any, table: MaterializedTable, before: Listing, after: Listing, inserted: int | None,
-                 compacted: frozenset[str], rows_before: int | None) -> TableChange:
+                 compacted: frozenset[str], rows_before: int | None,
+                 counted: Future[int | None] | None = None) -> TableChange:
     """`table` as it was published before, with `before` its files then and `after` the new version's;
-    `compacted`: files of `before` whose rows the new version holds again, unchanged."""
+    `compacted`: files of `before` whose rows the new version holds again, unchanged; `counted`: the
+    rows of the files it took out, counted as it ran (where it knew them from the start)."""
     relative = version_relative(table.storage.root)
     kept = {relative(path) for path in after} | {relative(path) for path in compacted}
     removed = {path: facts for path, facts in before.items() if relative(path) not in kept}
@@ -54,14 +58,15 @@ def table_change(spark: Any, table: MaterializedTable, before: Listing, after: L
     if whole and before and rows_before is not None:
         deleted: int | None = rows_before           # the whole table rewritten: all it held
     else:
-        deleted = _rows_of(spark, table, removed) if removed else 0
+        deleted = counted.result() if counted is not None else rows_of(spark, table, tuple(removed)) if removed else 0
     if inserted is None or not whole and rows_before is None:
         return TableChange(inserted, deleted, None)
     return TableChange(inserted, deleted, inserted if whole else rows_before - deleted + inserted)
 
 
-def _rows_of(spark: Any, table: MaterializedTable, files: Listing) -> int | None:
-    """None where they cannot be counted (the refresh is published: a count's failure is no failure of it)."""
+def rows_of(spark: Any, table: MaterializedTable, files: Sequence[str]) -> int | None:
+    """The rows of these files of the table; None where they cannot be counted (the refresh is
+    published: a count's failure is no failure of it)."""
     reading = table_reading(table)
     try:
         with listed_by_driver(spark, files):

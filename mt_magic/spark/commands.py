@@ -22,19 +22,29 @@ def alongside(spark: Any, request: Callable[..., _T], *args: Any) -> Future[_T]:
     """`request(*args)` in a thread of its own over Connect, where waiting for the server dominates
     (the client is thread-safe); on a classic session, at once (py4j calls cost microseconds). The
     thread ends with the request: nothing lingers after the statement."""
+    return in_background(request, *args) if is_connect(spark) else _settled(request, *args)
+
+
+def in_background(request: Callable[..., _T], *args: Any) -> Future[_T]:
+    """`request(*args)` in a thread of its own on either kind of session: a small Spark job that runs
+    beside the one the caller starts next, instead of before it."""
     result: Future[_T] = Future()
-
-    def run() -> None:
-        try:
-            result.set_result(request(*args))
-        except BaseException as error:   # noqa: BLE001 - handed to whoever asks for the result
-            result.set_exception(error)
-
-    if is_connect(spark):
-        threading.Thread(target=run, name="mt_magic-request", daemon=True).start()
-    else:
-        run()
+    threading.Thread(target=lambda: settle(result, request, *args), name="mt_magic-request", daemon=True).start()
     return result
+
+
+def _settled(request: Callable[..., _T], *args: Any) -> Future[_T]:
+    result: Future[_T] = Future()
+    settle(result, request, *args)
+    return result
+
+
+def settle(result: Future[_T], request: Callable[..., _T], *args: Any) -> None:
+    """`result` holds what `request(*args)` returned, or raised."""
+    try:
+        result.set_result(request(*args))
+    except BaseException as error:   # noqa: BLE001 - handed to whoever asks for the result
+        result.set_exception(error)
 
 
 def command_rows(spark: Any, text: str) -> list[tuple]:
