@@ -26,7 +26,8 @@ $(BROWSER)/node_modules/.package-lock.json: $(BROWSER)/package-lock.json
 demo: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m mt_magic.demo
 
-# The whole suite twice: on a classic SparkSession, then as a client of a local Spark Connect server.
+# The whole suite twice: on a classic SparkSession, then as a client of a local Spark Connect server
+# (the example notebooks: nbval on a classic session, test_notebooks over Connect).
 # The tests that start their own processes (services, kernels, killed workers; marked `processes`) run
 # once, from the start, beside the classic pass: they mostly wait for their processes, and the
 # classic pass alone leaves a third of the machine idle (the Connect pass, with its server, does not).
@@ -45,7 +46,7 @@ test: setup chromium $(BROWSER)/node_modules/.package-lock.json
 	$(TEST_ENV) SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1 IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q \
 	  -m 'not processes'; classic=$$?; \
 	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) MT_MAGIC_SPARK_REMOTE='local[2]' $(BIN)/python -m pytest -q \
-	  -m 'not processes'; connect=$$?; \
+	  -m 'not processes' tests; connect=$$?; \
 	wait $$processes; separate=$$?; echo "--- tests that start their own processes:"; cat $$log; \
 	test $$classic -eq 0 -a $$connect -eq 0 -a $$separate -eq 0
 

@@ -1,5 +1,7 @@
-"""Restart & Run All is harmless: each example notebook, run twice on one folder (so on one catalog
-store, with the first run's data and tables still there), gives the same checked outputs both times."""
+"""Restart & Run All is harmless, over Spark Connect too: each example notebook, its kernel a client of
+a local Spark Connect server, run twice on one folder (so on one catalog store, with the first run's
+data and tables still there), gives the checked outputs saved in it both times — what nbval checks of
+a run on a classic session (in `make test`'s classic pass)."""
 
 from __future__ import annotations
 
@@ -49,7 +51,9 @@ def run(path: Path) -> nbformat.NotebookNode:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_a_notebook_runs_twice_on_one_store(path, tmp_path, monkeypatch):
     monkeypatch.setenv("MT_EXAMPLE_DIR", str(tmp_path))
+    monkeypatch.setenv("MT_MAGIC_SPARK_REMOTE", "local[2]")
+    saved = checked_outputs(nbformat.read(path, as_version=4))
     first = checked_outputs(run(path))
+    assert first == saved and first
     assert os.path.exists(tmp_path / "catalog.json")            # the second run meets the first one's store
-    second = checked_outputs(run(path))
-    assert second == first and first
+    assert checked_outputs(run(path)) == saved
