@@ -29,26 +29,31 @@ demo: setup
 # The whole suite twice: on a classic SparkSession, then as a client of a local Spark Connect server
 # (the example notebooks: nbval on a classic session, test_notebooks over Connect).
 # The tests that start their own processes (services, kernels, killed workers; marked `processes`) run
-# once, from the start, beside the classic pass: they mostly wait for their processes, and the
-# classic pass alone leaves a third of the machine idle (the Connect pass, with its server, does not).
-# Their output follows the Connect pass's; any pass failing fails the command. Those two share the
+# once, beside the passes: they mostly wait for their processes, and either pass alone leaves part
+# of the machine idle (measured: a third beside the classic pass, a fifth beside the Connect pass) —
+# the notebooks' kernels beside the Connect pass, the others from the start, beside the classic pass.
+# Their output follows the Connect pass's; any pass failing fails the command. Those share the
 # machine's two cores, so their JVMs compile with the quick compiler only (SPARK_SUBMIT_OPTS;
 # measured: a service-like process of seconds to a minute spends 45 % less CPU; the classic pass's
-# JVM, on two test files, 13 % less at the same speed alone). The Connect pass, alone after them,
-# keeps the default compiler (on those files: 8 % more CPU but 5 % faster). (All three passes at
-# once took longer: the machine's two cores are busy either way.)
+# JVM, on two test files, 13 % less at the same speed alone). The Connect pass keeps the default
+# compiler (on those files: 8 % more CPU but 5 % faster). (All three passes at once took longer: the
+# machine's two cores are busy either way.)
 TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python
+QUICK := SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1
+NOTEBOOKS := tests/test_notebooks.py
 test: setup chromium $(BROWSER)/node_modules/.package-lock.json
 	$(BIN)/lint-imports --no-cache
-	log=$$(mktemp); \
-	$(TEST_ENV) SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1 IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q \
-	  -m processes --basetemp=$$(mktemp -d) >$$log 2>&1 & processes=$$!; \
-	$(TEST_ENV) SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1 IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q \
-	  -m 'not processes'; classic=$$?; \
+	log=$$(mktemp); kernels=$$(mktemp); \
+	$(TEST_ENV) $(QUICK) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m processes \
+	  --ignore=$(NOTEBOOKS) --basetemp=$$(mktemp -d) >$$log 2>&1 & processes=$$!; \
+	$(TEST_ENV) $(QUICK) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m 'not processes'; classic=$$?; \
+	$(TEST_ENV) $(QUICK) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m processes $(NOTEBOOKS) \
+	  --basetemp=$$(mktemp -d) >$$kernels 2>&1 & notebooks=$$!; \
 	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) MT_MAGIC_SPARK_REMOTE='local[2]' $(BIN)/python -m pytest -q \
 	  -m 'not processes' tests; connect=$$?; \
-	wait $$processes; separate=$$?; echo "--- tests that start their own processes:"; cat $$log; \
-	test $$classic -eq 0 -a $$connect -eq 0 -a $$separate -eq 0
+	wait $$processes; separate=$$?; wait $$notebooks; kernelled=$$?; \
+	echo "--- tests that start their own processes:"; cat $$log $$kernels; \
+	test $$classic -eq 0 -a $$connect -eq 0 -a $$separate -eq 0 -a $$kernelled -eq 0
 
 benchmark: setup
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python benchmarks/full_refresh.py

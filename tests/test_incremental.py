@@ -457,7 +457,7 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
         gw.execute(f"CREATE MATERIALIZED TABLE {name} {partitioned}WITH ('refresh.policy' = 'incremental') "
                    f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
     jobs = {}
-    for round_ in range(1, 13):
+    for round_ in range(1, 9):
         tasks = 1 if round_ == 1 else 2     # a one-file append, then 32 files (two tasks × 16 days) each
         append(round_ * 1000, 200, tasks)
         for name in queries:
@@ -474,7 +474,7 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
             folders[os.path.dirname(path)] = folders.get(os.path.dirname(path), 0) + 1
         if name == "flat":      # its rows kept by day, a day's in files of their own: bounded by the days
             assert sum(folders.values()) <= 5 * days + SMALL_FILES_KEPT, (name, folders)
-        else:   # 12 appends left up to 2 files per folder each; the folder keeps at most SMALL_FILES_KEPT + 2
+        else:   # 8 appends left up to 2 files per folder each; the folder keeps at most SMALL_FILES_KEPT + 2
             assert max(folders.values()) <= SMALL_FILES_KEPT + 2, (name, folders)
     # the second round appended 32 files and compacted nothing yet: one job (the write), as after one file
     assert all(counts[0] == counts[1] == 1 for counts in jobs.values()), jobs
