@@ -107,8 +107,9 @@ def _by_hand(spark, name: str, folder: str) -> float:
 
 
 def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
-    """Per change and table: (change, table, refresh s, plain s, jobs, technique, reason, rows written,
-    the floor by hand where there is one, bytes of the changed files read, the seconds of its phases)."""
+    """Per change and table: (change, table, refresh s, plain s, jobs, technique, reason, (rows inserted,
+    deleted, held after), the floor by hand where there is one, bytes of the changed files read, the
+    seconds of its phases)."""
     spark.sql("CREATE TABLE rfact (id BIGINT, k INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("CREATE TABLE rdim (k INT, region STRING) USING parquet")
     spark.sql(f"INSERT INTO rdim SELECT CAST(id AS INT), concat('r', CAST(id % 50 AS STRING)) FROM range({KEYS})")
@@ -134,7 +135,8 @@ def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
             gc.collect()
             plain = timed(lambda q=query, n=name: spark.sql(f"INSERT OVERWRITE plain_{n} {q}"))
             floor = _by_hand(spark, name, folder) if name in HAND and change != "10 dimension rows changed" else None
-            found.append((change, name, took, plain, jobs, entry["technique"], entry["reason"], entry["rows"], floor,
+            found.append((change, name, took, plain, jobs, entry["technique"], entry["reason"],
+                          (entry.get("inserted"), entry.get("deleted"), entry.get("table_rows")), floor,
                           entry.get("delta_bytes"), entry.get("phases") or {}))
 
     # An untimed round warms the JVM for both sides.
@@ -208,7 +210,7 @@ def _fire() -> str:
 
 def report_rewrites(found: list[tuple], targets: dict) -> None:
     first = {name: took for change, name, took, *_ in found if change == next(iter(CHANGES))}
-    for change, name, took, plain, jobs, technique, reason, written, floor, read, phases in found:
+    for change, name, took, plain, jobs, technique, reason, (inserted, deleted, held), floor, read, phases in found:
         ratio, below = took / plain, ""
         if change.startswith("doubled"):
             met, target = took <= 1.3 * first[name], f"<= 1.3x the first ({took / first[name]:.2f})"
@@ -224,5 +226,6 @@ def report_rewrites(found: list[tuple], targets: dict) -> None:
         targets[f"rewrites: {change}, {name}"] = met
         print(f"{change:>48} | {name:>8}: refresh {took:.3f} s ÷ plain {plain:.3f} s = {ratio:.3f} (target {target}){below}; "
               f"{technique}{f' ({reason})' if reason else ''}, {jobs} Spark jobs, "
-              f"{'all sources' if read is None else f'{read} bytes of the changed files'} read, {written} rows written; "
+              f"{'all sources' if read is None else f'{read} bytes of the changed files'} read, rows +{inserted} "
+              f"−{deleted} of {held}; "
               f"{', '.join(f'{p} {phases[p]:.2f} s' for p in ('decide', 'run', 'record') if p in phases)}")
