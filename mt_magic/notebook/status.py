@@ -112,5 +112,3 @@ def _handler_text(handler: RefreshHandler | None) -> str:
     if isinstance(handler, ScheduleHandler):
         return f"scheduler job {handler.scheduler_job_id} on {handler.application_id}"
     return ""
-
-

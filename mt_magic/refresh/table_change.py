@@ -59,7 +59,7 @@ def table_change(spark: Any, table: MaterializedTable, before: Listing, after: L
         deleted: int | None = rows_before           # the whole table rewritten: all it held
     else:
         deleted = counted.result() if counted is not None else rows_of(spark, table, tuple(removed)) if removed else 0
-    if inserted is None or not whole and rows_before is None:
+    if inserted is None or not whole and (rows_before is None or deleted is None):
         return TableChange(inserted, deleted, None)
     return TableChange(inserted, deleted, inserted if whole else rows_before - deleted + inserted)
 
