@@ -153,7 +153,7 @@ class Runs:
         phases = {"decide": round(work.clock - started.clock, 3), "run": round(ran - work.clock, 3)}
         change = table_change(self.ws.spark, table, work.files,
                               self.ws.storage.published_files(replace(table, storage=result.storage)),
-                              result.rows, maintained.compacted, self._rows_held(table), maintained.deleted)
+                              result.rows, maintained.compacted, self._rows_held(table))
         outcome = RefreshOutcome(started.at, result.duration_s, Outcome.SUCCEEDED, result.rows, target.describe(),
                                  started.schedule_time, jobs=jobs, phases=phases, inserted=change.inserted,
                                  deleted=change.deleted)

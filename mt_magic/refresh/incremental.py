@@ -31,11 +31,10 @@ from mt_magic.refresh.kept_partials import KeptPartials, Staged
 from mt_magic.refresh.kept_rows import RowsByPartition, merged
 from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, partition_of
 from mt_magic.refresh.relations import Relations
-from mt_magic.refresh.table_change import rows_of
 from mt_magic.refresh.choice import Reading, Stateful, table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
 from mt_magic.spark.tables import refresh_listings
-from mt_magic.spark.commands import alongside, in_background
+from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver
 from mt_magic.spark.sessions import default_parallelism
@@ -62,7 +61,6 @@ class Maintained:
     state_format: str = STATE_FORMAT
     kept: KeptState | KeptRows | None = None    # the partials (the rows) kept by source partition
     compacted: frozenset[str] = frozenset()     # published files whose rows it wrote again into fewer
-    deleted: Future | None = None               # the rows of the files it took out, counted beside
 
     def manifest(self, listings: dict) -> Manifest:
         return Manifest(listings, self.state, self.state_schema, self.state_format, self.kept)
@@ -166,8 +164,7 @@ class Maintainer:
             changed = relations.add("kept_changed", relations.source_files(rule.sources[occurrence], retraction.files))
             query = tagged_rows(rule, keeping.provenance,
                                 lambda i: changed if i == occurrence else names.name(i, Version.NEW), Branches.KEPT)
-        taken = {n for p in dropped for n in kept.files.get(p, ())}       # their rows counted beside the query
-        deleted = in_background(rows_of, self.spark, table, [f"{location}/{n}" for n in taken]) if taken else None
+        taken = {n for p in dropped for n in kept.files.get(p, ())}
         stages = [self.storage.new_version(table)]
         try:
             with relations.query(_shaped(table, query, keeping)) as frame:
@@ -192,7 +189,7 @@ class Maintainer:
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           delta_rows=relations.delta_rows(),
                           kept=KeptRows(keeping.source, keeping.provenance, merged(kept.files, gone, *written)),
-                          compacted=frozenset(f"{location}/{n}" for n in compacted), deleted=deleted)
+                          compacted=frozenset(f"{location}/{n}" for n in compacted))
 
     def _scope(self, table: MaterializedTable, what: str) -> Relations:
         return Relations(self.spark, table, what)

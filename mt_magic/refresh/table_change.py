@@ -5,9 +5,9 @@ not the table's).
 Counted from the files, as the table changed: the rows inserted are those written, counted as they
 were written; the rows deleted are those of the published files the new version no longer has (a
 file carried, linked, into the new version keeps its name from its version folder on, so it is not
-one of them). Those are counted with a job over their footers (a Parquet or ORC file's row count),
-but where the new version holds none of the old files: then the rows deleted are the rows the table
-held, which the history knew. Files compacted (their rows written again into fewer files, unchanged)
+one of them). Those are counted from their footers (a Parquet or ORC file's row count, read by this
+process where the files are on a local disk; else with a Spark job), but where the new version holds
+none of the old files: then the rows deleted are the rows the table held, which the history knew. Files compacted (their rows written again into fewer files, unchanged)
 count in neither.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ from mt_magic.errors import SparkError
 from mt_magic.refresh.choice import table_reading
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Listing
+from mt_magic.spark.footers import footer_rows
 from mt_magic.spark.frames import files_frame, listed_by_driver
 from mt_magic.storage.linked import version_relative
 
@@ -46,11 +46,9 @@ def unchanged(rows: int | None) -> TableChange:
 
 
 def table_change(spark: Any, table: MaterializedTable, before: Listing, after: Listing, inserted: int | None,
-                 compacted: frozenset[str], rows_before: int | None,
-                 counted: Future[int | None] | None = None) -> TableChange:
+                 compacted: frozenset[str], rows_before: int | None) -> TableChange:
     """`table` as it was published before, with `before` its files then and `after` the new version's;
-    `compacted`: files of `before` whose rows the new version holds again, unchanged; `counted`: the
-    rows of the files it took out, counted as it ran (where it knew them from the start)."""
+    `compacted`: files of `before` whose rows the new version holds again, unchanged."""
     relative = version_relative(table.storage.root)
     kept = {relative(path) for path in after} | {relative(path) for path in compacted}
     removed = {path: facts for path, facts in before.items() if relative(path) not in kept}
@@ -58,7 +56,7 @@ def table_change(spark: Any, table: MaterializedTable, before: Listing, after: L
     if whole and before and rows_before is not None:
         deleted: int | None = rows_before           # the whole table rewritten: all it held
     else:
-        deleted = counted.result() if counted is not None else rows_of(spark, table, tuple(removed)) if removed else 0
+        deleted = rows_of(spark, table, tuple(removed)) if removed else 0
     if inserted is None or not whole and (rows_before is None or deleted is None):
         return TableChange(inserted, deleted, None)
     return TableChange(inserted, deleted, inserted if whole else rows_before - deleted + inserted)
@@ -68,6 +66,9 @@ def rows_of(spark: Any, table: MaterializedTable, files: Sequence[str]) -> int |
     """The rows of these files of the table; None where they cannot be counted (the refresh is
     published: a count's failure is no failure of it)."""
     reading = table_reading(table)
+    counted = footer_rows(reading.format, files)
+    if counted is not None:
+        return counted
     try:
         with listed_by_driver(spark, files):
             frame = files_frame(spark, reading.format, reading.schema, reading.options, tuple(sorted(files)),

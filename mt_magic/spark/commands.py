@@ -22,20 +22,11 @@ def alongside(spark: Any, request: Callable[..., _T], *args: Any) -> Future[_T]:
     """`request(*args)` in a thread of its own over Connect, where waiting for the server dominates
     (the client is thread-safe); on a classic session, at once (py4j calls cost microseconds). The
     thread ends with the request: nothing lingers after the statement."""
-    return in_background(request, *args) if is_connect(spark) else _settled(request, *args)
-
-
-def in_background(request: Callable[..., _T], *args: Any) -> Future[_T]:
-    """`request(*args)` in a thread of its own on either kind of session: a small Spark job that runs
-    beside the one the caller starts next, instead of before it."""
     result: Future[_T] = Future()
+    if not is_connect(spark):
+        settle(result, request, *args)
+        return result
     threading.Thread(target=lambda: settle(result, request, *args), name="mt_magic-request", daemon=True).start()
-    return result
-
-
-def _settled(request: Callable[..., _T], *args: Any) -> Future[_T]:
-    result: Future[_T] = Future()
-    settle(result, request, *args)
     return result
 
 

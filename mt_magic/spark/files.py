@@ -174,7 +174,7 @@ class HadoopFiles(Files):
 
     def listing(self, path: str) -> Listing:
         if _is_local(path):      # read here: no JVM round trip per file
-            return _walk(_local_path(path))
+            return _walk(local_path(path))
         fs, jpath = self._fs(path)
         if not fs.exists(jpath):
             return {}
@@ -227,7 +227,7 @@ def _is_local(path: str) -> bool:
     return urlparse(path).scheme == "file"
 
 
-def _local_path(location: str) -> str:
+def local_path(location: str) -> str:
     """The path of a `file:` location as Spark's catalog and Hadoop spell it: as it is, not a URI
     ('#', '%' and spaces are part of a folder's name, not a fragment or an escape)."""
     rest = location[len("file:"):]
@@ -270,7 +270,7 @@ class LocalFiles(Files):
     def _local(path: str) -> str:
         parsed = urlparse(path)
         if parsed.scheme in ("", "file"):
-            return os.path.abspath(_local_path(path) if parsed.scheme else path)
+            return os.path.abspath(local_path(path) if parsed.scheme else path)
         raise ValidationError(
             f"Path '{path}': over Spark Connect, mt_magic manages table data on paths it shares with "
             "the server (file:); set 'materialized-table.data-dir' to such a folder, or use a classic "
