@@ -75,12 +75,12 @@ def files_frame(spark: Any, fmt: str, schema: Any, options: dict[str, str], file
             reader = reader.option("basePath", base)
         frame = reader.load(paths)
         frames.append(frame.select("*", F.col("_metadata.file_name").alias(file_column)) if file_column else frame)
-    if len(frames) == 1 and not partition_columns and not any("=" in path for path in files):
-        return frames[0]    # the reader's columns are the schema's, in order (no folder reads as a column)
+    if len(frames) == 1 and _read_in_order(schema.fieldNames(), partition_columns, next(iter(groups.items()))):
+        return frames[0]    # the reader's columns are the schema's, in order
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other)
-    return frame.select(*[F.col(quote_identifier(name)) for name in names])
+    return frame.selectExpr(*map(quote_identifier, names))     # one call: a column built by name is ten
 
 
 _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
@@ -133,6 +133,17 @@ def _held(spark: Any, key: str, value: str) -> Iterator[None]:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, before)
+
+
+def _read_in_order(names: list[str], partition_columns: Sequence[str], group: tuple[str | None, list[str]]) -> bool:
+    """Whether a reader of these files puts out the schema's columns in its order: its data columns
+    then the partition columns, one `column=value` folder each below the base, in the folders' order
+    (a folder elsewhere would read as a column too)."""
+    base, paths = group
+    if not partition_columns:
+        return not any("=" in path for path in paths)
+    return names[len(names) - len(partition_columns):] == list(partition_columns) and base is not None and \
+        all(path[len(base):].count("=") == len(partition_columns) for path in paths)
 
 
 def _base(path: str, partition_columns: Sequence[str]) -> str | None:
