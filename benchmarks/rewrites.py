@@ -74,13 +74,36 @@ def _replace_day(spark, select: str, coalesce: bool = False) -> None:
     spark.sql(f"INSERT OVERWRITE rfact PARTITION (ds = '{DAY}') SELECT {hint}id, k, amount FROM rstage")
 
 
+def _reprocess_day(spark) -> None:
+    """A tenth of the day's rows as they are now deleted and another tenth changed. The classes go by
+    `id DIV 60` (the day is `id % 60`, so any class by `id % 10` would be all or none of it), a pair
+    further at each call: every reprocess deletes and changes rows that are still there."""
+    round_ = next(reprocessed)
+    gone, changed = 2 * round_ % 10, (2 * round_ + 1) % 10
+    _replace_day(spark, f"SELECT id, k, CASE WHEN (id DIV 60) % 10 = {changed} THEN amount + 1 ELSE amount END "
+                        f"AS amount FROM {{day}} t WHERE (id DIV 60) % 10 <> {gone}")
+
+
+reprocessed = itertools.count()
 CHANGES = {
-    "one day rewritten (10 % deleted, 10 % changed)": lambda spark: _replace_day(
-        spark, "SELECT id, k, CASE WHEN id % 10 = 1 THEN amount + 1 ELSE amount END AS amount FROM {day} t "
-               "WHERE id % 10 <> 0"),
+    "one day rewritten (10 % deleted, 10 % changed)": _reprocess_day,
     "one day compacted": lambda spark: _replace_day(spark, "SELECT * FROM {day} t", coalesce=True),
-    "one key's rows deleted from one day": lambda spark: _replace_day(spark, "SELECT * FROM {day} t WHERE k <> 7"),
+    # a key the day holds (keys are `id % 10000`: most are in no given day)
+    "one key's rows deleted from one day": lambda spark: _replace_day(
+        spark, "SELECT * FROM {day} t WHERE k <> (SELECT MIN(k) FROM {day} u)"),
 }
+
+
+def _changed(spark, change: str, make) -> None:
+    """The change made, checked to be what it says (a compaction keeps the day's rows, the others
+    delete some): a change that changes nothing would time a refresh of nothing."""
+    def day() -> int:
+        return spark.sql(f"SELECT COUNT(*) FROM rfact WHERE ds = '{DAY}'").first()[0]
+    before = day()
+    make(spark)
+    after = day()
+    print(f"{change}: the day's rows {before} -> {after}")
+    assert after == before if change == "one day compacted" else after < before, (change, before, after)
 
 
 def _change_dimension(spark) -> None:
@@ -144,7 +167,7 @@ def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
     round_("warm-up", TABLES)
     found.clear()
     for change, make in CHANGES.items():
-        make(spark)
+        _changed(spark, change, make)
         round_(change, TABLES)
     _change_dimension(spark)
     round_("10 dimension rows changed", {"joined": TABLES["joined"]})
@@ -153,7 +176,7 @@ def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
     for name in TABLES:          # the tables catch up with the doubled data, untimed
         gateway.refresh(name, schedule_time=fire)
     first = next(iter(CHANGES))
-    CHANGES[first](spark)
+    _changed(spark, first, CHANGES[first])
     round_(f"doubled: {first}", TABLES)
     for name, query in TABLES.items():
         assert equal(spark, name, query), f"{name} differs from its query"
