@@ -214,7 +214,13 @@ def test_a_reprocessed_day_is_retracted_and_a_source_mostly_rewritten_is_recompu
                "leaders": ("SELECT k, v, ds FROM (SELECT k, v, ds, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC, ds) "
                            "AS rn FROM visits) t WHERE rn <= 2", "re-rank the first 2 per k with the new rows"),
                "by_kk": ("SELECT COUNT(*) AS n, SUM(v) AS s, CAST(k AS STRING) AS kk FROM visits GROUP BY CAST(k AS STRING)",
-                         "merge by CAST(k AS STRING)")}
+                         "merge by CAST(k AS STRING)"),
+               # partials kept below the join: the day's, now and before, joined with the dimension
+               "joined": ("SELECT d.g, SUM(f.v) AS s, COUNT(*) AS n FROM visits f JOIN groups d ON f.k = d.k GROUP BY d.g",
+                          "merge by d.g"),
+               "joined_max": ("SELECT d.g, MAX(f.v) AS hi FROM visits f JOIN groups d ON f.k = d.k GROUP BY d.g",
+                              "merge by d.g")}
+    spark.sql("CREATE TABLE groups USING parquet AS SELECT CAST(id AS INT) AS k, CAST(id % 3 AS INT) AS g FROM range(6)")
     _daily(gw, {name: query for name, (query, _) in queries.items()}, {"by_kk": "kk"})   # partitioned otherwise
     source = f"spark_catalog.{spark.catalog.currentDatabase()}.visits"
     rewrites = ["INSERT OVERWRITE visits PARTITION (ds = 'd3') SELECT CAST(id % 5 AS INT), 20.0 FROM range(150)",

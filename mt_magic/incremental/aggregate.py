@@ -101,9 +101,16 @@ class Aggregate:
         return final if re.fullmatch(rf"{STATE_KEY}\d+", final) else None
 
     @property
+    def key_columns(self) -> list[str]:
+        return [f"{STATE_KEY}{i}" for i in range(len(self.keys))]
+
+    @property
+    def partial_columns(self) -> list[str]:
+        return [f"{STATE_PARTIAL}{j}" for j in range(len(self.partials))]
+
+    @property
     def state_columns(self) -> list[str]:
-        return [f"{STATE_KEY}{i}" for i in range(len(self.keys))] + \
-            [f"{STATE_PARTIAL}{j}" for j in range(len(self.partials))]
+        return self.key_columns + self.partial_columns
 
     def state_select(self, tree: exp.Select, rows: bool = False) -> exp.Select:
         """Partials per group; `rows`: per input row, ungrouped (the merge groups them with the old

@@ -68,7 +68,7 @@ def kept_columns(rule: Aggregate, occurrence: int) -> list[str]:
     """The kept partials' columns but the partition: below the joins, the interface's then the partials;
     else the rule's state's."""
     kept = below(rule, occurrence)
-    return rule.state_columns if kept is None else [*kept.interface, *_partials(rule)]
+    return rule.state_columns if kept is None else [*kept.interface, *rule.partial_columns]
 
 
 def below_partials(rule: Aggregate, kept: Below, partition: str, relation: str, merging: str | None = None) -> str:
@@ -82,7 +82,7 @@ def below_partials(rule: Aggregate, kept: Below, partition: str, relation: str, 
     where = f" WHERE {' AND '.join(f'({c})' for c in kept.pushed)}" if kept.pushed else ""
     union = f"SELECT {', '.join(rows)} FROM {relation} AS {alias}{where}"
     if merging is not None:
-        union += f" UNION ALL SELECT {', '.join(keys + _partials(rule))} FROM {merging}"
+        union += f" UNION ALL SELECT {', '.join(keys + rule.partial_columns)} FROM {merging}"
     merges = [f"{p.merge}({STATE_PARTIAL}{j}) AS {STATE_PARTIAL}{j}" for j, p in enumerate(rule.partials)]
     return f"SELECT {', '.join(keys + merges)} FROM ({union}) AS rows GROUP BY {', '.join(keys)}"
 
@@ -106,9 +106,6 @@ def joined_partials(rule: Aggregate, kept: Below, partials: str, reading: Callab
     tree.set("having", None)
     return sql(tree)
 
-
-def _partials(rule: Aggregate) -> list[str]:
-    return [f"{STATE_PARTIAL}{j}" for j in range(len(rule.partials))]
 
 
 def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:

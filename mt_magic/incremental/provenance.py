@@ -24,7 +24,7 @@ from enum import Enum
 
 from sqlglot import exp
 
-from mt_magic.incremental.aggregate import STATE_KEY, STATE_PARTIAL, Aggregate
+from mt_magic.incremental.aggregate import STATE_PARTIAL, Aggregate
 from mt_magic.incremental.linear import Linear, term_trees
 from mt_magic.incremental.occurrences import Names, replaced, sql, tables
 from mt_magic.incremental.topn import TopN
@@ -63,9 +63,9 @@ def appended_state(rule: Aggregate | TopN, provenance: Provenance, appended: set
         return _within(rule, " UNION ALL ".join(terms))
     terms = [sql(_by_partition(rule, term, provenance, rows=True))
              for term in term_trees(rule.select, rule.occurrences, 0, appended, names)]
-    keys = [PARTITION] + _keys(rule)
+    keys = [PARTITION] + rule.key_columns
     if merging is not None:
-        terms.append(f"SELECT {', '.join(keys)}, {', '.join(_partials(rule))} FROM {merging}")
+        terms.append(f"SELECT {', '.join(keys)}, {', '.join(rule.partial_columns)} FROM {merging}")
     union = " UNION ALL ".join(terms)
     return f"SELECT {', '.join(keys + _merges(rule))} FROM ({union}) AS appended GROUP BY {', '.join(keys)}"
 
@@ -75,7 +75,7 @@ def merged_partitions(rule: Aggregate | TopN, kept: str) -> str:
     top-N's rows ranked again across them)."""
     if isinstance(rule, TopN):
         return rule.within(f"SELECT {', '.join(rule.state_columns)} FROM {kept}")
-    keys = _keys(rule)
+    keys = rule.key_columns
     group = f" GROUP BY {', '.join(keys)}" if keys else ""
     return f"SELECT {', '.join(keys + _merges(rule))} FROM {kept}{group}"
 
@@ -84,7 +84,7 @@ def retracted(rule: Aggregate, old: str, added: str, removed: str | None) -> str
     """The new per-group state of a rule whose partials all subtract (no MIN or MAX: `subtracts`):
     `old` (per group) with the partitions' partials now (`added`, per partition and group; or the
     signed partials of rows added and removed) in and their partials before (`removed`) out."""
-    keys, partials = _keys(rule), _partials(rule)
+    keys, partials = rule.key_columns, rule.partial_columns
     every = (f"SELECT {', '.join(keys + partials)} FROM {old} UNION ALL "
              f"SELECT {', '.join(keys + partials)} FROM {added}")
     if removed is not None:
@@ -105,8 +105,8 @@ def signed_state(rule: Aggregate, provenance: Provenance, reading: Callable[[int
     weight = exp.column(SIGN, table=tables(tree)[signed].alias_or_name)
     rows = _by_partition(rule, tree, provenance, rows=True)
     rows.set("expressions", [*rows.expressions, exp.alias_(weight, SIGN)])
-    keys = [PARTITION] + _keys(rule)
-    sums = [f"SUM({a} * {SIGN}) AS {a}" for a in _partials(rule)]
+    keys = [PARTITION] + rule.key_columns
+    sums = [f"SUM({a} * {SIGN}) AS {a}" for a in rule.partial_columns]
     return f"SELECT {', '.join(keys + sums)} FROM ({sql(rows)}) AS weighed GROUP BY {', '.join(keys)}"
 
 
@@ -186,12 +186,6 @@ def _by_partition(rule: Aggregate, tree: exp.Select, provenance: Provenance, row
     return state
 
 
-def _keys(rule: Aggregate) -> list[str]:
-    return [f"{STATE_KEY}{i}" for i in range(len(rule.keys))]
-
-
-def _partials(rule: Aggregate) -> list[str]:
-    return [f"{STATE_PARTIAL}{j}" for j in range(len(rule.partials))]
 
 
 def _merges(rule: Aggregate) -> list[str]:

@@ -51,10 +51,10 @@ class KeptBelow:
             rewritten = set(retraction.partitions)
             changed = relations.add("kept_changed", relations.source_files(keeping.source, retraction.files))
             stage, schema, paths = self._write(table, rule, kept, keeping, relations, changed)
-            if subtracts(rule):
-                added = self._joined(rule, kept, relations, schema, paths, "kept_added")
-                removed = self._joined(rule, kept, relations, schema, files_in(by_partition, rewritten), "kept_removed")
-                state = retracted(rule, old, f"({added}) AS added", f"({removed}) AS removed")
+            if subtracts(rule):     # the partials now and, negated, before: joined with the others once
+                signed = relations.add("kept_signed", self.partials.signed_files(
+                    relations, schema, paths, files_in(by_partition, rewritten), rule.partial_columns))
+                state = retracted(rule, old, f"({self._joined_with(rule, kept, relations, signed)}) AS signed", None)
             else:
                 state = self._joined(rule, kept, relations, schema, files_in(by_partition, every - rewritten) + paths)
             return state, stage, schema, rewritten
@@ -82,5 +82,8 @@ class KeptBelow:
     def _joined(self, rule: Aggregate, kept: Below, relations: Relations, schema: str, paths: list[str],
                 what: str = "kept_every") -> str:
         """The state by group of the kept partials in `paths`, joined with the other sources now."""
-        partials = relations.add(what, self.partials.kept_files(relations, schema, paths))
+        return self._joined_with(rule, kept, relations, relations.add(what, self.partials.kept_files(relations, schema, paths)))
+
+    @staticmethod
+    def _joined_with(rule: Aggregate, kept: Below, relations: Relations, partials: str) -> str:
         return joined_partials(rule, kept, partials, lambda i: relations.names.name(i, Version.NEW))

@@ -29,6 +29,7 @@ from mt_magic.refresh.provenance_state import (FILES_KEPT, Keeping, Retraction, 
                                              keep_previous, state_files)
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files
+from mt_magic.sql.statements import quote_identifier
 from mt_magic.storage.manifests import KeptState, Manifest
 from mt_magic.storage.versions import TableStorage
 
@@ -166,6 +167,16 @@ class KeptPartials:
         if partition:
             schema = T.StructType([T.StructField(PARTITION, T.StringType()), *schema.fields])
         return relations.files(FORMAT, schema, sorted(paths), (PARTITION,) if partition else ())
+
+    @staticmethod
+    def signed_files(relations: Relations, kept_schema: str, added: list[str], removed: list[str],
+                     partials: list[str]) -> Any:
+        """Kept partials of the `added` files and, negated, of the `removed` ones, as one relation: the
+        change's partials, joined with the other sources once (for a rule whose partials all subtract)."""
+        negated = [f"-{quote_identifier(name)} AS {quote_identifier(name)}" if name in partials else
+                   quote_identifier(name) for name in _schema(kept_schema).fieldNames()]
+        return KeptPartials.kept_files(relations, kept_schema, added).unionByName(
+            KeptPartials.kept_files(relations, kept_schema, removed).selectExpr(*negated))
 
 
 def _small(table: MaterializedTable, rule: Aggregate | TopN, keeping: Keeping,
