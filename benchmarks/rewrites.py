@@ -162,8 +162,9 @@ def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
                           (entry.get("inserted"), entry.get("deleted"), entry.get("table_rows")), floor,
                           entry.get("delta_bytes"), entry.get("phases") or {}))
 
-    # An untimed round warms the JVM for both sides.
-    _replace_day(spark, "SELECT * FROM {day} t")
+    # An untimed round of the first change warms the JVM for both sides (the refreshes' code paths, the
+    # queries' generated code).
+    _reprocess_day(spark)
     round_("warm-up", TABLES)
     found.clear()
     for change, make in CHANGES.items():

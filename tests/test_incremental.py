@@ -218,6 +218,8 @@ def test_a_reprocessed_day_is_retracted_and_a_source_mostly_rewritten_is_recompu
                # partials kept below the join: the day's, now and before, joined with the dimension
                "joined": ("SELECT d.g, SUM(f.v) AS s, COUNT(*) AS n FROM visits f JOIN groups d ON f.k = d.k GROUP BY d.g",
                           "merge by d.g"),
+               "joined_all": ("SELECT SUM(f.v) AS s, COUNT(*) AS n FROM visits f JOIN groups d ON f.k = d.k",
+                              "merge by the one group"),
                "joined_max": ("SELECT d.g, MAX(f.v) AS hi FROM visits f JOIN groups d ON f.k = d.k GROUP BY d.g",
                               "merge by d.g")}
     spark.sql("CREATE TABLE groups USING parquet AS SELECT CAST(id AS INT) AS k, CAST(id % 3 AS INT) AS g FROM range(6)")

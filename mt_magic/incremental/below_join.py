@@ -87,9 +87,11 @@ def below_partials(rule: Aggregate, kept: Below, partition: str, relation: str, 
     return f"SELECT {', '.join(keys + merges)} FROM ({union}) AS rows GROUP BY {', '.join(keys)}"
 
 
-def joined_partials(rule: Aggregate, kept: Below, partials: str, reading: Callable[[int], str]) -> str:
+def joined_partials(rule: Aggregate, kept: Below, partials: str, reading: Callable[[int], str],
+                    rows: bool = False) -> str:
     """The state per group: the kept partials (`partials`, standing for the kept occurrence) joined with
-    the other occurrences (`reading(i)`) and merged by group."""
+    the other occurrences (`reading(i)`) and merged by group. `rows`: per joined row, its group and
+    partials, unmerged (a merge that follows groups them: one shuffle fewer)."""
     tree = replaced(rule.select, lambda i: partials if i == kept.occurrence else reading(i))
     where = tree.args.get("where")
     if where is not None:
@@ -99,13 +101,15 @@ def joined_partials(rule: Aggregate, kept: Below, partials: str, reading: Callab
     keys = [exp.alias_(k.copy(), f"{STATE_KEY}{i}") for i, k in enumerate(group.expressions)] if group else []
     merges = []
     for j, p in enumerate(rule.partials):
-        merged = f"{p.merge}({quoted(kept.alias)}.{STATE_PARTIAL}{j})"
-        merges.append(exp.alias_(parse_expression(f"COALESCE({merged}, 0)" if p.counting and not group else merged),
-                                 f"{STATE_PARTIAL}{j}"))
+        column = f"{quoted(kept.alias)}.{STATE_PARTIAL}{j}"
+        merged = column if rows else f"{p.merge}({column})"
+        merges.append(exp.alias_(parse_expression(f"COALESCE({merged}, 0)" if p.counting and not group and not rows
+                                                  else merged), f"{STATE_PARTIAL}{j}"))
     tree.set("expressions", keys + merges)
     tree.set("having", None)
+    if rows:
+        tree.set("group", None)
     return sql(tree)
-
 
 
 def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:

@@ -54,7 +54,8 @@ class KeptBelow:
             if subtracts(rule):     # the partials now and, negated, before: joined with the others once
                 signed = relations.add("kept_signed", self.partials.signed_files(
                     relations, schema, paths, files_in(by_partition, rewritten), rule.partial_columns))
-                state = retracted(rule, old, f"({self._joined_with(rule, kept, relations, signed)}) AS signed", None)
+                state = retracted(rule, old, f"({self._joined_with(rule, kept, relations, signed, rows=True)}) AS signed",
+                                  None)
             else:
                 state = self._joined(rule, kept, relations, schema, files_in(by_partition, every - rewritten) + paths)
             return state, stage, schema, rewritten
@@ -85,5 +86,5 @@ class KeptBelow:
         return self._joined_with(rule, kept, relations, relations.add(what, self.partials.kept_files(relations, schema, paths)))
 
     @staticmethod
-    def _joined_with(rule: Aggregate, kept: Below, relations: Relations, partials: str) -> str:
-        return joined_partials(rule, kept, partials, lambda i: relations.names.name(i, Version.NEW))
+    def _joined_with(rule: Aggregate, kept: Below, relations: Relations, partials: str, rows: bool = False) -> str:
+        return joined_partials(rule, kept, partials, lambda i: relations.names.name(i, Version.NEW), rows)
