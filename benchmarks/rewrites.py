@@ -77,13 +77,12 @@ def _replace_day(spark, select: str, coalesce: bool = False) -> None:
 
 
 def _reprocess_day(spark) -> None:
-    """A tenth of the day's rows as they are now deleted and another tenth changed. The classes go by
-    `id DIV 60` (the day is `id % 60`, so any class by `id % 10` would be all or none of it), a pair
-    further at each call: every reprocess deletes and changes rows that are still there."""
-    round_ = next(reprocessed)
-    gone, changed = 2 * round_ % 10, (2 * round_ + 1) % 10
-    _replace_day(spark, f"SELECT id, k, CASE WHEN (id DIV 60) % 10 = {changed} THEN amount + 1 ELSE amount END "
-                        f"AS amount FROM {{day}} t WHERE (id DIV 60) % 10 <> {gone}")
+    """A tenth of the day's rows as they are now deleted and another tenth changed, drawn by a hash of
+    the row's id seeded by the call (the day is `id % 60`, so a class by `id % 10` would be all or none
+    of it): every reprocess deletes and changes rows that are still there."""
+    draw = f"pmod(xxhash64(id, {next(reprocessed)}), 10)"
+    _replace_day(spark, f"SELECT id, k, CASE WHEN {draw} = 1 THEN amount + 1 ELSE amount END AS amount "
+                        f"FROM {{day}} t WHERE {draw} <> 0")
 
 
 reprocessed = itertools.count()
