@@ -186,8 +186,6 @@ def _by_partition(rule: Aggregate, tree: exp.Select, provenance: Provenance, row
     return state
 
 
-
-
 def _merges(rule: Aggregate) -> list[str]:
     """Each partial merged; with no group key a count over no rows is zero (one row, as the query's)."""
     return [f"COALESCE(SUM({STATE_PARTIAL}{j}), 0) AS {STATE_PARTIAL}{j}" if p.counting and not rule.keys else

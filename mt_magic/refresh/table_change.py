@@ -7,8 +7,8 @@ were written; the rows deleted are those of the published files the new version 
 file carried, linked, into the new version keeps its name from its version folder on, so it is not
 one of them). Those are counted from their footers (a Parquet or ORC file's row count, read by this
 process where the files are on a local disk; else with a Spark job), but where the new version holds
-none of the old files: then the rows deleted are the rows the table held, which the history knew. Files compacted (their rows written again into fewer files, unchanged)
-count in neither.
+none of the old files: then the rows deleted are the rows the table held, which the history knew.
+Files compacted (their rows written again into fewer files, unchanged) count in neither.
 """
 
 from __future__ import annotations

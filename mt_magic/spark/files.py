@@ -121,20 +121,20 @@ class HadoopFiles(Files):
         return fs.makeQualified(jpath).toString()
 
     def exists(self, path: str) -> bool:
-        if _is_local(path):           # done here: no JVM round trip
+        if is_local(path):           # done here: no JVM round trip
             return LocalFiles().exists(path)
         fs, jpath = self._fs(path)
         return bool(fs.exists(jpath))
 
     def mkdirs(self, path: str) -> None:
-        if _is_local(path):           # done here: no JVM round trip
+        if is_local(path):           # done here: no JVM round trip
             LocalFiles().mkdirs(path)
             return
         fs, jpath = self._fs(path)
         fs.mkdirs(jpath)
 
     def delete(self, path: str) -> None:
-        if _is_local(path):
+        if is_local(path):
             LocalFiles().delete(path)
             return
         fs, jpath = self._fs(path)
@@ -146,14 +146,14 @@ class HadoopFiles(Files):
             raise OSError(f"Could not rename {source} to {target}.")
 
     def touch(self, path: str) -> None:
-        if _is_local(path):
+        if is_local(path):
             LocalFiles().touch(path)
             return
         fs, jpath = self._fs(path)
         fs.create(jpath, True).close()
 
     def list(self, path: str) -> list[Entry]:
-        if _is_local(path):           # a sweep lists every table's root: no JVM round trip per entry
+        if is_local(path):           # a sweep lists every table's root: no JVM round trip per entry
             return LocalFiles().list(path)
         fs, jpath = self._fs(path)
         if not fs.exists(jpath):
@@ -165,7 +165,7 @@ class HadoopFiles(Files):
         return entries
 
     def link_tree(self, source: str, target: str) -> None:
-        if _is_local(source) and _is_local(target):
+        if is_local(source) and is_local(target):
             LocalFiles().link_tree(source, target)
             return
         fs, jsource = self._fs(source)     # Hadoop's FileSystem has no hard links: a copy
@@ -173,7 +173,7 @@ class HadoopFiles(Files):
         self._file_util.copy(fs, jsource, target_fs, jtarget, False, self._conf)
 
     def listing(self, path: str) -> Listing:
-        if _is_local(path):      # read here: no JVM round trip per file
+        if is_local(path):      # read here: no JVM round trip per file
             return _walk(local_path(path))
         fs, jpath = self._fs(path)
         if not fs.exists(jpath):
@@ -188,7 +188,7 @@ class HadoopFiles(Files):
         return found
 
     def age(self, path: str) -> float | None:
-        if _is_local(path):
+        if is_local(path):
             return LocalFiles().age(path)
         fs, jpath = self._fs(path)
         if not fs.exists(jpath):
@@ -196,7 +196,7 @@ class HadoopFiles(Files):
         return time.time() - fs.getFileStatus(jpath).getModificationTime() / 1000.0
 
     def write_text(self, path: str, text: str) -> None:
-        if _is_local(path):
+        if is_local(path):
             LocalFiles().write_text(path, text)
             return
         aside = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
@@ -210,7 +210,7 @@ class HadoopFiles(Files):
         self.rename(aside, path)
 
     def read_text(self, path: str) -> str | None:
-        if _is_local(path):
+        if is_local(path):
             return LocalFiles().read_text(path)
         fs, jpath = self._fs(path)
         if not fs.exists(jpath):
@@ -222,7 +222,7 @@ class HadoopFiles(Files):
             stream.close()
 
 
-def _is_local(path: str) -> bool:
+def is_local(path: str) -> bool:
     """A `file:` URI: this process reaches it directly."""
     return urlparse(path).scheme == "file"
 

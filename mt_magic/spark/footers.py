@@ -10,9 +10,8 @@ installed, the caller counts with Spark.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from urllib.parse import urlparse
 
-from mt_magic.spark.files import local_path
+from mt_magic.spark.files import is_local, local_path
 
 _READERS = {"parquet", "orc"}
 
@@ -20,7 +19,7 @@ _READERS = {"parquet", "orc"}
 def footer_rows(fmt: str, files: Sequence[str]) -> int | None:
     """The rows of these files from their footers; None where one cannot be read so."""
     fmt = fmt.lower()
-    if fmt not in _READERS or not all(urlparse(path).scheme == "file" for path in files):
+    if fmt not in _READERS or not all(map(is_local, files)):
         return None
     try:
         if fmt == "parquet":
