@@ -83,10 +83,7 @@ class Maintainer:
         the published data was computed with (and the partials kept by `keeping`, where they are)."""
         appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED}
         if not appended and retraction is None:        # the published data and its state stay what they are
-            return Maintained(RefreshResult(table.storage, 0, 0.0, job_group(table)),
-                              manifest.state if manifest else None, manifest.state_schema if manifest else None,
-                              state_format=manifest.state_format if manifest else STATE_FORMAT,
-                              kept=manifest.kept if manifest else None)
+            return _as_published(table, manifest, RefreshResult(table.storage, 0, 0.0, job_group(table)))
         with self._scope(table, "incremental") as relations:
             names = relations.naming(rule.sources, changes, readings)
             if isinstance(rule, Linear):
@@ -95,7 +92,12 @@ class Maintainer:
                 return self._append(table, rule, changes, relations)
             old = relations.add("old_state", read_state(self.spark, table, manifest))
             if keeping is not None and isinstance(rule, (Aggregate, TopN)):
+                started = time.monotonic()
                 staged = self.partials.change(table, rule, keeping, manifest, old, appended, retraction, relations)
+                if staged.state_sql is None:        # the rewritten partitions' partials are what they were
+                    self.storage.remove(staged.stage)
+                    return _as_published(table, manifest, RefreshResult(
+                        table.storage, 0, time.monotonic() - started, relations.group), relations.delta_rows())
                 return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
             within = partitioning_key(table, rule, manifest)
             merged = rule.merged(old, appended, names.name, within) if within else \
@@ -145,8 +147,9 @@ class Maintainer:
     def _kept_rows(self, table: MaterializedTable, rule: Linear, changes: dict[str, SourceDelta],
                    relations: Relations, keeping: Keeping, kept: KeptRows, retraction: Retraction | None) -> Maintained:
         """A linear table that keeps its rows by source partition: the appended rows, or the rewritten
-        partitions' rows now in place of their rows before, written split by partition; an appended
-        partition's small files are rewritten into one when they grow past SMALL_FILES_KEPT."""
+        partitions' rows now in place of their rows before (where they differ), written split by
+        partition; an appended partition's small files are rewritten into one when they grow past
+        SMALL_FILES_KEPT."""
         started, names = time.monotonic(), relations.names
         dropped: set[str] = set()
         location = table.storage.location.rstrip("/")
@@ -172,9 +175,11 @@ class Maintainer:
                     frame = frame.coalesce(files_for(sum(d.added_bytes for d in changes.values())))
                 frame, rows = counting_rows(frame)
                 written = [self.rows.write(table, frame, stages[0], only)]
-            if retraction is None and rows() == 0:
+            unchanged = rows() == 0 if retraction is None else \
+                self.rows.same(table, written[0], stages[0], {p: kept.files.get(p, ()) for p in dropped})
+            if unchanged:
                 return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group),
-                                  delta_rows=relations.delta_rows(), kept=kept)
+                                  delta_rows=relations.delta_rows(), kept=kept)     # nothing to publish
             listing = self.storage.published_files(table) if retraction is None else {}
             crowded = self.rows.crowded(listing, kept, written[0]) if retraction is None else {}
             if crowded:
@@ -321,6 +326,14 @@ class Maintainer:
             raise
         self.storage.written(version)
         return published
+
+
+def _as_published(table: MaterializedTable, manifest: Manifest | None, result: RefreshResult,
+                  delta_rows: int | None = None) -> Maintained:
+    """A run that publishes nothing: the data, its state and the partials kept stay what they are."""
+    if manifest is None:
+        return Maintained(result, delta_rows=delta_rows)
+    return Maintained(result, manifest.state, manifest.state_schema, delta_rows, manifest.state_format, manifest.kept)
 
 
 def _shaped(table: MaterializedTable, query: str, keeping: Keeping | None) -> str:

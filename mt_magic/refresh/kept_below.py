@@ -39,8 +39,9 @@ class KeptBelow:
 
     def change(self, table: MaterializedTable, rule: Aggregate, kept: Below, keeping: Keeping, manifest: Manifest,
                old: str, appended: set[str], retraction: Retraction | None,
-               relations: Relations) -> tuple[str, str | None, str, set[str]]:
-        """The state after the change, the stage, its schema and the kept partitions it replaces: the
+               relations: Relations) -> tuple[str | None, str | None, str, set[str]]:
+        """The state after the change (None: the rewritten partitions' partials are what they were), the
+        stage, its schema and the kept partitions it replaces: the
         kept source's appended rows' partials added (its rewritten partitions' taken out and written
         again), or — another source appended to or rewritten — every kept partial joined with the others
         again (the appended rows' partials among them)."""
@@ -51,9 +52,12 @@ class KeptBelow:
             rewritten = set(retraction.partitions)
             changed = relations.add("kept_changed", relations.source_files(keeping.source, retraction.files))
             stage, schema, paths = self._write(table, rule, kept, keeping, relations, changed)
+            replaced = files_in(by_partition, rewritten)
+            if self.partials.same(table, relations, stage, schema, published.schema, replaced):
+                return None, stage, schema, rewritten
             if subtracts(rule):     # the partials now and, negated, before: joined with the others once
                 signed = relations.add("kept_signed", self.partials.signed_files(
-                    relations, schema, paths, files_in(by_partition, rewritten), rule.partial_columns))
+                    relations, schema, paths, replaced, rule.partial_columns))
                 state = retracted(rule, old, f"({self._joined_with(rule, kept, relations, signed, rows=True)}) AS signed",
                                   None)
             else:

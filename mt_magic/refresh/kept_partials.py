@@ -24,6 +24,7 @@ from mt_magic.incremental.provenance import (PARTITION, SIGN, appended_state, ke
                                              retracted, signed_state, subtracts)
 from mt_magic.incremental.rules import Aggregate, TopN
 from mt_magic.refresh.relations import Relations
+from mt_magic.refresh.same_rows import same_rows
 from mt_magic.refresh.kept_below import KeptBelow
 from mt_magic.refresh.provenance_state import (FILES_KEPT, Keeping, Retraction, Way, assemble, files_in,
                                              keep_previous, state_files)
@@ -40,7 +41,7 @@ FORMAT = "parquet"
 class Staged:
     """Partials written to `stage`, and the table's state by group to compute with them."""
 
-    state_sql: str
+    state_sql: str | None   # None: the partials written are those they replace (nothing to publish)
     stage: str | None       # None: no partials written (the kept ones all stay)
     schema: str
     keeping: Keeping
@@ -102,8 +103,10 @@ class KeptPartials:
             changed = relations.add("kept_changed", relations.source_files(rule.sources[occurrence], retraction.files))
             reading = lambda i: changed if i == occurrence else names.name(i, Version.NEW)      # noqa: E731
             stage, schema = self.stage(table, relations, kept_state(rule, keeping.provenance, reading))
-            added = relations.add("kept_added", self.read(relations, stage, schema))
             rewritten = set(retraction.partitions)
+            if self.same(table, relations, stage, schema.json(), published.schema, files_in(by_partition, rewritten)):
+                return Staged(None, stage, schema.json(), keeping, previous)
+            added = relations.add("kept_added", self.read(relations, stage, schema))
         if subtracts(rule):
             removed = relations.add("kept_removed", self.kept_files(relations, published.schema, files_in(by_partition, rewritten)))
             state_sql = retracted(rule, old, added, removed)
@@ -114,6 +117,14 @@ class KeptPartials:
             state_sql = merged_partitions(
                 rule, f"(SELECT {columns} FROM {others} UNION ALL SELECT {columns} FROM {added}) AS partials")
         return Staged(state_sql, stage, schema.json(), keeping, previous, published, frozenset(rewritten))
+
+    def same(self, table: MaterializedTable, relations: Relations, stage: str, schema: str, kept_schema: str,
+             replaced: list[str]) -> bool:
+        """The partials staged for the rewritten partitions are the kept ones they replace (`same_rows`)."""
+        written = sorted(self.storage.files.listing(stage))
+        return same_rows(FORMAT, written, replaced, lambda: (
+            self.kept_files(relations, schema, written, partition=True),
+            self.kept_files(relations, kept_schema, replaced, partition=True)), f"Refreshing {table.identifier}")
 
     def crowded(self, relations: Relations, published: KeptState,
                 by_partition: dict[str, Any]) -> tuple[set[str], str | None]:

@@ -21,6 +21,7 @@ from mt_magic.incremental.provenance import PARTITION
 from mt_magic.refresh.choice import table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S
 from mt_magic.refresh.provenance_state import partitions
+from mt_magic.refresh.same_rows import same_rows
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Listing
 from mt_magic.spark.frames import files_frame, listed_by_driver, unsorted_partition_writes
@@ -30,6 +31,7 @@ from mt_magic.storage.manifests import KeptRows
 from mt_magic.storage.versions import TableStorage
 
 Files = dict[str, tuple[str, ...]]      # a source partition → the names of the data files its rows are in
+FILE_NAME = "mt_file"
 
 
 class RowsByPartition:
@@ -85,16 +87,32 @@ class RowsByPartition:
     def compacted(self, table: MaterializedTable, crowded: Files, listing: Listing) -> Any:
         """The rows of the crowded partitions' files, each with its partition (by the file it is read
         from), in as few files as they need."""
-        reading = table_reading(table)
-        location = table.storage.location.rstrip("/")
-        partition_of = {name: partition for partition, names in crowded.items() for name in names}
-        paths = tuple(f"{location}/{name}" for name in sorted(partition_of))
-        with listed_by_driver(self.spark, paths):
-            frame = files_frame(self.spark, reading.format, reading.schema, reading.options, paths, ())
-        lookup = F.create_map(*[F.lit(value) for pair in sorted(partition_of.items()) for value in pair])
-        frame = frame.withColumn(PARTITION, F.element_at(lookup, F.regexp_extract(F.input_file_name(), "[^/]*$", 0)))
+        frame = self._tagged(table, table.storage.location.rstrip("/"), crowded)
+        names = {name for names in crowded.values() for name in names}
         return frame.coalesce(files_for(sum(facts[0] for path, facts in listing.items()
-                                            if path.rsplit("/", 1)[1] in partition_of)))
+                                            if path.rsplit("/", 1)[1] in names)))
+
+    def same(self, table: MaterializedTable, written: Files, folder: str, replaced: Files) -> bool:
+        """The rows `written` into `folder` for the rewritten partitions are those of the published
+        files they replace, partition by partition (`same_rows`)."""
+        location = table.storage.location.rstrip("/")
+        return same_rows(table.storage.format, _paths(folder, written), _paths(location, replaced),
+                         lambda: (self._tagged(table, folder, written), self._tagged(table, location, replaced)),
+                         f"Refreshing {table.identifier}")
+
+    def _tagged(self, table: MaterializedTable, folder: str, files: Files) -> Any:
+        """The rows of these files of `folder`, each with the partition its file holds."""
+        reading = table_reading(table)
+        paths = tuple(sorted(_paths(folder, files)))
+        with listed_by_driver(self.spark, paths):
+            frame = files_frame(self.spark, reading.format, reading.schema, reading.options, paths, (), FILE_NAME)
+        lookup = F.create_map(*[F.lit(value) for pair in sorted((name, partition) for partition, names in files.items()
+                                                                for name in names) for value in pair])
+        return frame.withColumn(PARTITION, F.element_at(lookup, F.col(FILE_NAME))).drop(FILE_NAME)
+
+
+def _paths(folder: str, files: Files) -> list[str]:
+    return [f"{folder}/{name}" for names in files.values() for name in names]
 
 
 def merged(kept: Files, gone: set[str], *written: Files) -> Files:
