@@ -5,7 +5,7 @@ A fact table of `rows` rows partitioned by day (60 days, a few files per day) an
 tables not partitioned like the fact table: an aggregate by key, a filter/project, fact JOIN dim GROUP
 BY, and an aggregate over the filter/project (a chain: the day the filter retracts reaches it as the
 files the filter dropped and wrote). The changes: one day rewritten with 10 % of its rows deleted and 10 % changed; one day compacted
-(the same rows in one file); the rows of one key deleted from one day; 10 rows of the dimension changed
+(the same rows in one file: read once, nothing published — checked —, the chain skips); the rows of one key deleted from one day; 10 rows of the dimension changed
 (rewritten whole), each three times (per table, the median round is reported: a single round of
 0.2 s varies by 0.1 s); then the fact table doubles (60 days more, so that the rewritten day is the same
 size: what changes is the same, the table twice as large) and the day rewrite repeats. Target: a refresh ≤
@@ -86,9 +86,10 @@ def _reprocess_day(spark) -> None:
 
 
 reprocessed = itertools.count()
+COMPACTED = "one day compacted"
 CHANGES = {
     "one day rewritten (10 % deleted, 10 % changed)": _reprocess_day,
-    "one day compacted": lambda spark: _replace_day(spark, "SELECT * FROM {day} t", coalesce=True),
+    COMPACTED: lambda spark: _replace_day(spark, "SELECT * FROM {day} t", coalesce=True),
     # a key the day holds (keys are `id % 10000`: most are in no given day)
     "one key's rows deleted from one day": lambda spark: _replace_day(
         spark, "SELECT * FROM {day} t WHERE k <> (SELECT MIN(k) FROM {day} u)"),
@@ -104,7 +105,7 @@ def _changed(spark, change: str, make) -> None:
     make(spark)
     after = day()
     print(f"{change}: the day's rows {before} -> {after}")
-    assert after == before if change == "one day compacted" else after < before, (change, before, after)
+    assert after == before if change == COMPACTED else after < before, (change, before, after)
 
 
 def _change_dimension(spark) -> None:
@@ -155,7 +156,12 @@ def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
             took = timed(lambda n=name: gateway.refresh(n, schedule_time=fire))
             jobs = jobs_of(spark, gateway, name) - before
             entry = gateway.history(name, limit=1)[0]
-            assert entry["outcome"] == "SUCCEEDED" and entry["technique"] != "skip", entry
+            assert entry["outcome"] == "SUCCEEDED", entry
+            if change == COMPACTED:     # the same rows: nothing published, so the chain has nothing to do
+                assert (entry["technique"] == "skip") if name == "chained" else \
+                    (entry["inserted"], entry["deleted"]) == (0, 0), entry
+            else:
+                assert entry["technique"] != "skip", entry
             gc.collect()
             plain = timed(lambda q=query, n=name: spark.sql(f"INSERT OVERWRITE plain_{n} {q}"))
             floor = _by_hand(spark, name, folder) if name in HAND and change != "10 dimension rows changed" else None

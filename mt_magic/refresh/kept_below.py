@@ -53,7 +53,7 @@ class KeptBelow:
             changed = relations.add("kept_changed", relations.source_files(keeping.source, retraction.files))
             stage, schema, paths = self._write(table, rule, kept, keeping, relations, changed)
             replaced = files_in(by_partition, rewritten)
-            if self.partials.same(table, relations, stage, schema, published.schema, replaced):
+            if self.partials.same(table, rule, relations, stage, schema, published.schema, replaced):
                 return None, stage, schema, rewritten
             if subtracts(rule):     # the partials now and, negated, before: joined with the others once
                 signed = relations.add("kept_signed", self.partials.signed_files(

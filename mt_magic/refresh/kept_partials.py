@@ -104,7 +104,8 @@ class KeptPartials:
             reading = lambda i: changed if i == occurrence else names.name(i, Version.NEW)      # noqa: E731
             stage, schema = self.stage(table, relations, kept_state(rule, keeping.provenance, reading))
             rewritten = set(retraction.partitions)
-            if self.same(table, relations, stage, schema.json(), published.schema, files_in(by_partition, rewritten)):
+            if self.same(table, rule, relations, stage, schema.json(), published.schema,
+                         files_in(by_partition, rewritten)):
                 return Staged(None, stage, schema.json(), keeping, previous)
             added = relations.add("kept_added", self.read(relations, stage, schema))
         if subtracts(rule):
@@ -118,13 +119,16 @@ class KeptPartials:
                 rule, f"(SELECT {columns} FROM {others} UNION ALL SELECT {columns} FROM {added}) AS partials")
         return Staged(state_sql, stage, schema.json(), keeping, previous, published, frozenset(rewritten))
 
-    def same(self, table: MaterializedTable, relations: Relations, stage: str, schema: str, kept_schema: str,
-             replaced: list[str]) -> bool:
-        """The partials staged for the rewritten partitions are the kept ones they replace (`same_rows`)."""
+    def same(self, table: MaterializedTable, rule: Aggregate | TopN, relations: Relations, stage: str, schema: str,
+             kept_schema: str, replaced: list[str]) -> bool:
+        """The partials staged for the rewritten partitions are the kept ones they replace (`same_rows`:
+        an aggregate's floating partials within a rounding)."""
         written = sorted(self.storage.files.listing(stage))
+        floating = [f.name for f in _schema(schema).fields if isinstance(f.dataType, (T.DoubleType, T.FloatType))]
         return same_rows(FORMAT, written, replaced, lambda: (
             self.kept_files(relations, schema, written, partition=True),
-            self.kept_files(relations, kept_schema, replaced, partition=True)), f"Refreshing {table.identifier}")
+            self.kept_files(relations, kept_schema, replaced, partition=True)), f"Refreshing {table.identifier}",
+            [c for c in floating if c in rule.partial_columns] if isinstance(rule, Aggregate) else ())
 
     def crowded(self, relations: Relations, published: KeptState,
                 by_partition: dict[str, Any]) -> tuple[set[str], str | None]:

@@ -6,6 +6,10 @@ The rows are compared exactly (a multiset difference, each row with the partitio
 and only where their counts, read from the files' footers without a job, are equal: a rewrite that
 changed the count pays no comparison. Where a count cannot be read so (files off the local disk, a
 format with no count in its footer), the rows count as changed and the refresh publishes as before.
+
+An aggregate's floating-point partials (a SUM of DOUBLE) are computed again in another order, and
+differ in their last bits: they are compared within a relative CLOSE, the rounding of a sum of many
+terms in another order, far inside the 1e-9 incremental results are held to; the kept ones stay.
 """
 
 from __future__ import annotations
@@ -13,18 +17,39 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pyspark.sql import functions as F
+
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.footers import footer_rows
 
+CLOSE = 1e-12
+
 
 def same_rows(fmt: str, written: Sequence[str], replaced: Sequence[str],
-              frames: Callable[[], tuple[Any, Any]], what: str) -> bool:
+              frames: Callable[[], tuple[Any, Any]], what: str, close: Sequence[str] = ()) -> bool:
     """`written` (the refresh's files) hold the rows `replaced` (the files they would replace) hold;
-    `frames` builds both files' rows, each with its partition, for the comparison."""
+    `frames` builds both files' rows, each with its partition, for the comparison. `close`: floating
+    columns compared within CLOSE, the others (unique together on each side) exactly."""
     counts = footer_rows(fmt, written), footer_rows(fmt, replaced)
     if counts[0] is None or counts[0] != counts[1]:
         return False
     if counts[0] == 0:
         return True
     new, old = frames()
-    return spark_call(lambda: new.exceptAll(old).isEmpty(), what)     # equal counts: one way suffices
+    return spark_call(lambda: _differing(new, old, set(close)).isEmpty(), what)
+
+
+def _differing(new: Any, old: Any, close: set[str]) -> Any:
+    """The rows of `new` not in `old` (as many rows each: none means the same rows)."""
+    if not close:
+        return new.exceptAll(old)
+    # Positional names: the two sides' columns are the same, in the same order, whatever they are called.
+    names = [f"c{i}" for i in range(len(new.columns))]
+    near = {names[i] for i, column in enumerate(new.columns) if column in close}
+    new, old = new.toDF(*names), old.toDF(*[f"o_{n}" for n in names]).withColumn("o_here", F.lit(True))
+    keys = [new[n].eqNullSafe(old[f"o_{n}"]) for n in names if n not in near]
+    agree = F.col("o_here").isNotNull()
+    for n in near:
+        a, b = new[n], old[f"o_{n}"]
+        agree = agree & (a.eqNullSafe(b) | (F.abs(a - b) <= F.lit(CLOSE) * F.greatest(F.abs(a), F.abs(b))))
+    return new.join(old, on=keys, how="left").where(~agree)
