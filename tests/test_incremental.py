@@ -200,7 +200,7 @@ def test_a_partitioned_aggregate_rewrites_only_the_partitions_its_change_touches
 def test_a_reprocessed_day_is_retracted_and_a_source_mostly_rewritten_is_recomputed(spark, gw):
     """An aggregate over a day-partitioned source keeps its partials per day (a COUNT(DISTINCT …) its
     counted pairs, a top-N its rows within N per day; also a table partitioned by a column of its own),
-    a filter its rows: under
+    a filter its rows (also in partitions of its own): under
     `auto`, a day reprocessed (or rows deleted from it) is refreshed incrementally, reading that day
     alone (EXPLAIN says so beforehand, the history after), and equals the query, as after an append;
     most of the source rewritten is recomputed, saying why."""
@@ -209,6 +209,7 @@ def test_a_reprocessed_day_is_retracted_and_a_source_mostly_rewritten_is_recompu
               "concat('d', CAST(id % 10 AS STRING)) FROM range(2000)")
     queries = {"per_k": ("SELECT k, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS hi FROM visits GROUP BY k", "merge by k"),
                "kept": ("SELECT k, v * 2 AS v2, ds FROM visits WHERE v > 3", "append the query over the new rows"),
+               "kept_k": ("SELECT v * 2 AS v2, ds, k FROM visits WHERE v > 3", "append the query over the new rows"),
                "kinds": ("SELECT k % 3 AS m, COUNT(DISTINCT v) AS d FROM visits GROUP BY k % 3",
                          "add the new distinct values per k % 3"),
                "leaders": ("SELECT k, v, ds FROM (SELECT k, v, ds, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC, ds) "
@@ -223,7 +224,7 @@ def test_a_reprocessed_day_is_retracted_and_a_source_mostly_rewritten_is_recompu
                "joined_max": ("SELECT d.g, MAX(f.v) AS hi FROM visits f JOIN groups d ON f.k = d.k GROUP BY d.g",
                               "merge by d.g")}
     spark.sql("CREATE TABLE groups USING parquet AS SELECT CAST(id AS INT) AS k, CAST(id % 3 AS INT) AS g FROM range(6)")
-    _daily(gw, {name: query for name, (query, _) in queries.items()}, {"by_kk": "kk"})   # partitioned otherwise
+    _daily(gw, {name: query for name, (query, _) in queries.items()}, {"by_kk": "kk", "kept_k": "k"})   # partitioned otherwise
     source = f"spark_catalog.{spark.catalog.currentDatabase()}.visits"
     rewrites = ["INSERT OVERWRITE visits PARTITION (ds = 'd3') SELECT CAST(id % 5 AS INT), 20.0 FROM range(150)",
                 "INSERT INTO visits SELECT 1, 9.0, 'd9' FROM range(3)",
@@ -266,8 +267,9 @@ def test_a_compacted_day_publishes_nothing_and_a_day_of_as_many_rows_changed_is_
                "joined": "SELECT d.g, SUM(f.v) AS s, COUNT(*) AS n FROM logs f JOIN sorts d ON f.k = d.k GROUP BY d.g",
                "leaders": "SELECT k, v, ds FROM (SELECT k, v, ds, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC, "
                           "ds) AS rn FROM logs) t WHERE rn <= 2",
-               "above": "SELECT k, v2 FROM kept WHERE v2 > 1"}
-    _daily(gw, queries)
+               "above": "SELECT k, v2 FROM kept WHERE v2 > 1",
+               "kept_k": "SELECT v * 2 AS v2, ds, k FROM logs WHERE v > 0.3"}
+    _daily(gw, queries, {"kept_k": "k"})
     # compacted in another order: a SUM of DOUBLE computed again differs in its last bits, and still counts as the same
     day = [tuple(r) for r in spark.sql("SELECT k, v FROM logs WHERE ds = 'd2'").collect()][::-1]
     changed = [(k, v + 10 if i == 0 else v) for i, (k, v) in enumerate(day)]
@@ -496,9 +498,10 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
 
     append(0, 400, 2)
     queries = {"flat": "SELECT id, v, ds FROM clicks WHERE v > 0",
-               "days": "SELECT id, v * 2 AS v2, ds FROM clicks WHERE v <> 1"}
+               "days": "SELECT id, v * 2 AS v2, ds FROM clicks WHERE v <> 1",
+               "signs": "SELECT id, ds, CAST(SIGN(v) AS INT) AS sg FROM clicks"}   # kept by day in its own partitions
     for name, query in queries.items():
-        partitioned = "PARTITIONED BY (ds) " if name == "days" else ""
+        partitioned = {"days": "PARTITIONED BY (ds) ", "signs": "PARTITIONED BY (sg) "}.get(name, "")
         gw.execute(f"CREATE MATERIALIZED TABLE {name} {partitioned}WITH ('refresh.policy' = 'incremental') "
                    f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
     jobs = {}
@@ -519,6 +522,8 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
             folders[os.path.dirname(path)] = folders.get(os.path.dirname(path), 0) + 1
         if name == "flat":      # its rows kept by day, a day's in files of their own: bounded by the days
             assert sum(folders.values()) <= 5 * days + SMALL_FILES_KEPT, (name, folders)
+        elif name == "signs":   # … a day's in a file per partition of its own (3) it reaches
+            assert sum(folders.values()) <= 5 * days * 3 + SMALL_FILES_KEPT and len(folders) == 3, (name, folders)
         else:   # 8 appends left up to 2 files per folder each; the folder keeps at most SMALL_FILES_KEPT + 2
             assert max(folders.values()) <= SMALL_FILES_KEPT + 2, (name, folders)
     # the second round appended 32 files and compacted nothing yet: one job (the write), as after one file

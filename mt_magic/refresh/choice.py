@@ -227,10 +227,8 @@ class Chooser:
             return Known(rule, {})
         readings = {source: self.reading(source) for source in dict.fromkeys(rule.sources)}
         keeping = _keeping(table, rule, readings, self.snapshots.store.get)
-        if keeping is not None and table.partition_keys and \
-                (isinstance(rule, Linear) or keeping.source.lower() in self.snapshots.lineage(table).columns):
-            keeping = None      # a linear table's rows lie in its own partitions; partitioned like the
-            # source, the refresh rewrites the source's changed partitions
+        if keeping is not None and table.partition_keys and keeping.source.lower() in self.snapshots.lineage(table).columns:
+            keeping = None      # partitioned like the source, the refresh rewrites the source's changed partitions
         if keeping is not None and keeping.provenance.column == FILE:
             readings[keeping.source] = dataclasses.replace(readings[keeping.source], file_column=FILE)
         if keeping is not None and isinstance(rule, (Aggregate, DistinctCount)):

@@ -152,7 +152,6 @@ class Maintainer:
         SMALL_FILES_KEPT."""
         started, names = time.monotonic(), relations.names
         dropped: set[str] = set()
-        location = table.storage.location.rstrip("/")
         if retraction is None:
             appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED}
             query = tagged_change(rule, keeping.provenance, appended, names.name)
@@ -175,26 +174,26 @@ class Maintainer:
                     frame = frame.coalesce(files_for(sum(d.added_bytes for d in changes.values())))
                 frame, rows = counting_rows(frame)
                 written = [self.rows.write(table, frame, stages[0], only)]
+            files = self.rows.published(table)
             unchanged = rows() == 0 if retraction is None else \
-                self.rows.same(table, written[0], stages[0], {p: kept.files.get(p, ()) for p in dropped})
+                self.rows.same(table, written[0], stages[0], {p: kept.files.get(p, ()) for p in dropped}, files)
             if unchanged:
                 return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group),
                                   delta_rows=relations.delta_rows(), kept=kept)     # nothing to publish
-            listing = self.storage.published_files(table) if retraction is None else {}
-            crowded = self.rows.crowded(listing, kept, written[0]) if retraction is None else {}
+            crowded = self.rows.crowded(files, kept, written[0]) if retraction is None else {}
             if crowded:
                 stages.append(self.storage.new_version(table))
-                written.append(self.rows.write(table, self.rows.compacted(table, crowded, listing), stages[1]))
-            compacted = {n for names in crowded.values() for n in names}
-            gone = taken | compacted
-            published = self._publish(table, extended(self.storage, table, stages, [f"{location}/{n}" for n in gone]))
+                written.append(self.rows.write(table, self.rows.compacted(table, crowded, files), stages[1]))
+            compacted = {files[n][0] for names in crowded.values() for n in names}
+            gone = taken | {n for names in crowded.values() for n in names}
+            published = self._publish(table, extended(self.storage, table, stages, [files[n][0] for n in gone]))
         finally:
             for stage in stages:
                 self.storage.remove(stage)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           delta_rows=relations.delta_rows(),
                           kept=KeptRows(keeping.source, keeping.provenance, merged(kept.files, gone, *written)),
-                          compacted=frozenset(f"{location}/{n}" for n in compacted))
+                          compacted=frozenset(compacted))
 
     def _scope(self, table: MaterializedTable, what: str) -> Relations:
         return Relations(self.spark, table, what)

@@ -12,6 +12,8 @@ a write split by partition is moved up, each file's name prefixed by its partiti
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import functions as F
@@ -23,14 +25,15 @@ from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S
 from mt_magic.refresh.provenance_state import partitions
 from mt_magic.refresh.same_rows import same_rows
 from mt_magic.spark.errors import spark_call
-from mt_magic.spark.files import Listing
 from mt_magic.spark.frames import files_frame, listed_by_driver, unsorted_partition_writes
 from mt_magic.storage.compaction import SMALL_FILE_BYTES, SMALL_FILES_KEPT, files_for
 from mt_magic.storage.formats import data_source_options, folder_writer
+from mt_magic.storage.linked import version_relative
 from mt_magic.storage.manifests import KeptRows
-from mt_magic.storage.versions import TableStorage
+from mt_magic.storage.versions import TableStorage, same_path
 
 Files = dict[str, tuple[str, ...]]      # a source partition → the names of the data files its rows are in
+Published = dict[str, tuple[str, int]]  # a published data file's name in the version → its path and size
 FILE_NAME = "mt_file"
 
 
@@ -40,18 +43,19 @@ class RowsByPartition:
         self.storage = storage
 
     def write(self, table: MaterializedTable, frame: Any, folder: str, only: str | None = None) -> Files:
-        """The frame's rows (with their partition in its last column) written into `folder`, one
-        partition's rows to a file, flat; the files of each partition. `only`: every row is of that
-        partition (a write split by partition costs more than a plain one)."""
+        """The frame's rows (with their partition in its last column) written into `folder` (in the
+        table's own partition folders, if any), one partition's rows to a file; the files of each
+        partition. `only`: every row is of that partition (a write split by partition costs more than a
+        plain one)."""
         fmt, options = table.storage.format, data_source_options(table.options)
         try:
-            if only is not None:
+            if only is not None and not table.partition_keys:
                 spark_call(lambda: folder_writer(frame.drop(PARTITION), fmt, options, ()).save(folder),
                            f"Refreshing {table.identifier}")
                 names = tuple(sorted(path.rsplit("/", 1)[1] for path in self.storage.files.listing(folder)))
                 return {only: names} if names else {}
             with unsorted_partition_writes(self.spark):
-                spark_call(lambda: folder_writer(frame, fmt, options, (PARTITION,)).save(folder),
+                spark_call(lambda: folder_writer(frame, fmt, options, (*table.partition_keys, PARTITION)).save(folder),
                            f"Refreshing {table.identifier}")
             return self._flattened(folder)
         except BaseException:
@@ -59,60 +63,86 @@ class RowsByPartition:
             raise
 
     def _flattened(self, folder: str) -> Files:
-        files = self.storage.files
+        """Each file moved up out of its source partition's folder, named by the partition's place in
+        the write and its own: a name no other file of the write has (one task writes files of the same
+        name into each of the table's partition folders)."""
+        files, prefix = self.storage.files, same_path(folder) + "/"
         written: Files = {}
+        number = itertools.count()
         for index, (partition, listing) in enumerate(sorted(partitions(files.listing(folder), PARTITION).items())):
-            names = []
+            names, folders = [], set()
             for path in sorted(listing):
-                names.append(f"{index:05d}-{path.rsplit('/', 1)[1]}")
+                inside, name = same_path(path)[len(prefix):].rsplit("/", 1)
+                above = inside.rpartition("/")[0]       # the table's own partition folders, if any
+                names.append(f"{above}/" * bool(above) + f"{index:05d}-{next(number):05d}-{name}")
                 files.rename(path, f"{folder}/{names[-1]}")
-            files.delete(f"{folder}/{PARTITION}={partition}")
+                folders.add(f"{folder}/{inside}")
+            for emptied in folders:
+                files.delete(emptied)
             written[partition] = tuple(names)
         return written
 
-    def crowded(self, listing: Listing, kept: KeptRows, appended: Files) -> Files:
-        """The partitions whose published small files an append rewrites into one: an appended partition
-        holding more than SMALL_FILES_KEPT, and — once the table holds more small files than four a
-        partition (and SMALL_FILES_KEPT) — every partition holding two or more. A table's files then
-        stay bounded by its source's partitions, not by the refreshes that ran."""
-        sizes = {path.rsplit("/", 1)[1]: facts[0] for path, facts in listing.items()}
-        small = {partition: tuple(n for n in names if sizes.get(n, 0) < SMALL_FILE_BYTES)
-                 for partition, names in kept.files.items()}
-        count = sum(map(len, small.values())) + sum(map(len, appended.values()))
-        if count > 4 * len(small.keys() | appended.keys()) + SMALL_FILES_KEPT:
-            return {partition: names for partition, names in small.items() if len(names) >= 2}
-        return {partition: small[partition] for partition in appended
-                if len(small.get(partition, ())) + len(appended[partition]) > SMALL_FILES_KEPT}
+    def published(self, table: MaterializedTable) -> Published:
+        """The published data files (their paths and sizes) by their names in the version (those
+        `KeptRows.files` holds), wherever the table's partitions lie."""
+        relative = version_relative(table.storage.root)
+        return {relative(path): (path, facts[0]) for path, facts in self.storage.published_files(table).items()}
 
-    def compacted(self, table: MaterializedTable, crowded: Files, listing: Listing) -> Any:
+    def crowded(self, published: Published, kept: KeptRows, appended: Files) -> Files:
+        """The partitions' published small files an append rewrites into one per folder of the table:
+        a folder's files of an appended partition when more than SMALL_FILES_KEPT, and — once the table
+        holds more small files than four a partition and folder (and SMALL_FILES_KEPT) — every
+        partition's in a folder holding two or more. A table's files then stay bounded by its source's
+        partitions (times its own), not by the refreshes that ran."""
+        small, added = _by_folder(kept.files, lambda n: published.get(n, ("", 0))[1] < SMALL_FILE_BYTES), \
+            _by_folder(appended)
+        if sum(map(len, small.values())) + sum(map(len, added.values())) > 4 * len(small.keys() | added.keys()) + \
+                SMALL_FILES_KEPT:
+            chosen = [place for place, names in small.items() if len(names) >= 2]
+        else:
+            chosen = [place for place in added if len(small.get(place, ())) + len(added[place]) > SMALL_FILES_KEPT]
+        crowded: dict[str, tuple[str, ...]] = {}
+        for partition, folder in chosen:
+            crowded[partition] = crowded.get(partition, ()) + small.get((partition, folder), ())
+        return {partition: names for partition, names in crowded.items() if names}
+
+    def compacted(self, table: MaterializedTable, crowded: Files, published: Published) -> Any:
         """The rows of the crowded partitions' files, each with its partition (by the file it is read
         from), in as few files as they need."""
-        frame = self._tagged(table, table.storage.location.rstrip("/"), crowded)
-        names = {name for names in crowded.values() for name in names}
-        return frame.coalesce(files_for(sum(facts[0] for path, facts in listing.items()
-                                            if path.rsplit("/", 1)[1] in names)))
+        paths = {published[name][0]: partition for partition, names in crowded.items() for name in names}
+        return self._tagged(table, paths).coalesce(files_for(sum(published[name][1] for names in crowded.values()
+                                                                 for name in names)))
 
-    def same(self, table: MaterializedTable, written: Files, folder: str, replaced: Files) -> bool:
+    def same(self, table: MaterializedTable, written: Files, folder: str, replaced: Files, published: Published) -> bool:
         """The rows `written` into `folder` for the rewritten partitions are those of the published
         files they replace, partition by partition (`same_rows`)."""
-        location = table.storage.location.rstrip("/")
-        return same_rows(table.storage.format, _paths(folder, written), _paths(location, replaced),
-                         lambda: (self._tagged(table, folder, written), self._tagged(table, location, replaced)),
-                         f"Refreshing {table.identifier}")
+        new = {f"{folder}/{name}": partition for partition, names in written.items() for name in names}
+        old = {published[name][0]: partition for partition, names in replaced.items() for name in names}
+        return same_rows(table.storage.format, list(new), list(old),
+                         lambda: (self._tagged(table, new), self._tagged(table, old)), f"Refreshing {table.identifier}")
 
-    def _tagged(self, table: MaterializedTable, folder: str, files: Files) -> Any:
-        """The rows of these files of `folder`, each with the partition its file holds."""
+    def _tagged(self, table: MaterializedTable, paths: dict[str, str]) -> Any:
+        """The rows of these files of the table, each with the partition its file holds (their names
+        are unique: `_flattened`)."""
         reading = table_reading(table)
-        paths = tuple(sorted(_paths(folder, files)))
-        with listed_by_driver(self.spark, paths):
-            frame = files_frame(self.spark, reading.format, reading.schema, reading.options, paths, (), FILE_NAME)
-        lookup = F.create_map(*[F.lit(value) for pair in sorted((name, partition) for partition, names in files.items()
-                                                                for name in names) for value in pair])
+        listed = tuple(sorted(paths))
+        with listed_by_driver(self.spark, listed):
+            frame = files_frame(self.spark, reading.format, reading.schema, reading.options, listed,
+                                reading.partition_columns, FILE_NAME)
+        lookup = F.create_map(*[F.lit(value) for pair in sorted((path.rsplit("/", 1)[1], partition)
+                                                                for path, partition in paths.items()) for value in pair])
         return frame.withColumn(PARTITION, F.element_at(lookup, F.col(FILE_NAME))).drop(FILE_NAME)
 
 
-def _paths(folder: str, files: Files) -> list[str]:
-    return [f"{folder}/{name}" for names in files.values() for name in names]
+def _by_folder(files: Files, keep: Callable[[str], bool] = lambda name: True) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The files of each partition by the table's folder they are in (one of its own partitions)."""
+    found: dict[tuple[str, str], tuple[str, ...]] = {}
+    for partition, names in files.items():
+        for name in names:
+            if keep(name):
+                place = (partition, name.rpartition("/")[0])
+                found[place] = found.get(place, ()) + (name,)
+    return found
 
 
 def merged(kept: Files, gone: set[str], *written: Files) -> Files:
