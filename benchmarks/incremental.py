@@ -44,7 +44,9 @@ copy's).
 And (`benchmarks/rewrites.py`) 'rewrites': a day reprocessed, compacted, a key's rows deleted from it and
 a dimension corrected, each refreshed, against plain Spark's recompute.
 
-    python benchmarks/incremental.py [rows] [shapes] [lag] [policy] [layouts] [soak] [rewrites]   (none named: all)
+And (`benchmarks/tpch_refresh.py`) 'tpch': TPC-H's refresh functions against the 22 queries as tables.
+
+    python benchmarks/incremental.py [rows] [shapes] [lag] [policy] [layouts] [soak] [rewrites] [tpch]   (none named: all)
 """
 
 from __future__ import annotations
@@ -59,10 +61,11 @@ import time
 
 from rewrites import report_reprocess_lag, report_rewrites, reprocess_lag, rewrites
 from small_files import layouts, report_layouts, report_soak, soak
+from tpch_refresh import report_tpch, tpch
 from workload import exit_on_missed, open_gateway, timed
 
 ROWS = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 30_000_000
-PARTS = [a for a in sys.argv[1:] if not a.isdigit()] or ["shapes", "lag", "policy", "layouts", "soak", "rewrites"]
+PARTS = [a for a in sys.argv[1:] if not a.isdigit()] or ["shapes", "lag", "policy", "layouts", "soak", "rewrites", "tpch"]
 FILES = 24
 ROUNDS = 3          # appends per phase: each figure is the median over them
 KEYS = 10_000
@@ -324,8 +327,10 @@ def report_lag(lags: list[float], targets: dict) -> None:
 
 def main() -> None:
     spark, gateway = open_gateway("incremental")
-    results, lags, policies, small, soaked, rewritten, relags = {}, [], {}, {}, {}, [], None
+    results, lags, policies, small, soaked, rewritten, relags, tpched = {}, [], {}, {}, {}, [], None, {}
     try:
+        if "tpch" in PARTS:
+            tpched = tpch(spark, gateway, equal, timed)
         if "rewrites" in PARTS:
             rewritten = rewrites(spark, gateway, ROWS, equal, jobs_of)
             relags = reprocess_lag(spark, gateway)
@@ -364,6 +369,8 @@ def main() -> None:
         report_rewrites(rewritten, targets)
     if relags:
         report_reprocess_lag(*relags, targets)
+    if tpched:
+        report_tpch(tpched, targets)
     exit_on_missed(targets)
 
 

@@ -150,11 +150,11 @@ def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
     found: list[tuple] = []
 
     def round_(change: str, tables: dict[str, str]) -> None:
-        fire = _fire()          # one fire for the round: a chained table's waits for its upstream's
+        when = fire()          # one fire for the round: a chained table's waits for its upstream's
         for name, query in tables.items():
             gc.collect()
             before = jobs_of(spark, gateway, name)
-            took = timed(lambda n=name: gateway.refresh(n, schedule_time=fire))
+            took = timed(lambda n=name: gateway.refresh(n, schedule_time=when))
             jobs = jobs_of(spark, gateway, name) - before
             entry = gateway.history(name, limit=1)[0]
             if change == COMPACTED and name == "chained":   # `filtered` published nothing: nothing to do
@@ -182,9 +182,9 @@ def rewrites(spark, gateway, rows: int, equal, jobs_of) -> list[tuple]:
         _change_dimension(spark)
         round_("10 dimension rows changed", {"joined": TABLES["joined"]})
     _fill(spark, rows, rows, first_day=DAYS)      # 60 days more: the rewritten day stays as it was
-    fire = _fire()
+    when = fire()
     for name in TABLES:          # the tables catch up with the doubled data, untimed
-        gateway.refresh(name, schedule_time=fire)
+        gateway.refresh(name, schedule_time=when)
     first = next(iter(CHANGES))
     for _ in range(ROUNDS):
         _changed(spark, first, CHANGES[first])
@@ -252,7 +252,7 @@ def report_reprocess_lag(lags: list[float], techniques: dict[str, int], targets:
           f"in order: {' '.join(f'{x:.1f}' for x in lags)}; its refreshes: {techniques}")
 
 
-def _fire() -> str:
+def fire() -> str:
     """A scheduled fire's time, later each time (a pipeline run: it refreshes what changed)."""
     return (datetime(2030, 1, 1) + timedelta(days=next(fires))).strftime("%Y-%m-%d %H:%M:%S")
 
