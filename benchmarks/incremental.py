@@ -52,6 +52,7 @@ And (`benchmarks/tpch_refresh.py`) 'tpch': TPC-H's refresh functions against the
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import re
 import statistics
@@ -326,6 +327,7 @@ def report_lag(lags: list[float], targets: dict) -> None:
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     spark, gateway = open_gateway("incremental")
     results, lags, policies, small, soaked, rewritten, relags, tpched = {}, [], {}, {}, {}, [], None, {}
     try:

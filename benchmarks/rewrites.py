@@ -20,6 +20,7 @@ p95 lag (a reprocess's commit → the first read that shows it) ≤ freshness + 
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import itertools
 import statistics
@@ -226,7 +227,10 @@ def reprocess_lag(spark, gateway) -> tuple[list[float], dict[str, int]]:
     def shown(markers: int, within: float) -> float:
         started = time.monotonic()
         while (spark.sql("SELECT n FROM lagged WHERE region = 'lag'").first() or [0])[0] < markers:
-            assert time.monotonic() - started < within, f"reprocess {markers} not visible within {within} s"
+            if time.monotonic() - started >= within:       # where every thread is (a refresh waiting?), then fail
+                faulthandler.dump_traceback(all_threads=True)
+                raise AssertionError(f"reprocess {markers} not visible within {within} s; its refreshes: "
+                                     f"{gateway.history('lagged', limit=3)}")
             time.sleep(0.1)
         return time.monotonic()
 
