@@ -35,7 +35,8 @@ def test_every_refresh_is_in_the_history_and_in_sql(spark, gw, sales, store_path
     assert len(manual) == 31 and all(e["outcome"] == "SUCCEEDED" for e in manual)
     assert all(e["lag_s"] is not None and e["freshness_s"] == 3600 for e in manual)
     sql = spark.sql("SELECT trigger, COUNT(*) AS n FROM mt_refresh_history('t') GROUP BY trigger").collect()
-    assert {r["trigger"]: r["n"] for r in sql} == {"manual": 31, "initial": 1}
+    counted = {r["trigger"]: r["n"] for r in sql}      # (the hourly schedule may fire once meanwhile: a test at :00)
+    assert (counted.pop("manual"), counted.pop("initial")) == (31, 1) and set(counted) <= {"scheduled"}, counted
     assert spark.sql("SELECT COUNT(*) FROM mt_refresh_history('nope')").first()[0] == 0
     with open(store_path, encoding="utf-8") as handle:      # the record does not grow with the history
         assert "refresh_history" not in handle.read()
