@@ -10,6 +10,7 @@ installed, the caller counts with Spark.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from mt_magic.spark.files import is_local, local_path
 
@@ -29,3 +30,34 @@ def footer_rows(fmt: str, files: Sequence[str]) -> int | None:
         return sum(orc.ORCFile(local_path(path)).nrows for path in files)
     except (ImportError, OSError, ValueError):    # no pyarrow; a file it cannot read (ArrowIOError, ArrowInvalid)
         return None
+
+
+Summary = tuple[int, dict[str, tuple[Any, Any, int]]]     # rows; per column: min, max and NULLs
+
+
+def footer_summary(fmt: str, files: Sequence[str]) -> Summary | None:
+    """The rows of these files and, of a Parquet file's columns, their least and greatest value and
+    their NULLs, from the footers (a column whose statistics are missing in one row group is left
+    out); None where the rows cannot be counted so."""
+    rows = footer_rows(fmt, files)
+    if rows is None or fmt.lower() != "parquet":
+        return None if rows is None else (rows, {})
+    columns: dict[str, tuple[Any, Any, int] | None] = {}
+    try:
+        from pyarrow import parquet
+        for path in files:
+            meta = parquet.read_metadata(local_path(path))
+            for group in range(meta.num_row_groups):
+                for index in range(meta.num_columns):
+                    chunk = meta.row_group(group).column(index)
+                    name, stats = chunk.path_in_schema, chunk.statistics
+                    if stats is None or not stats.has_min_max or stats.null_count is None:
+                        columns[name] = None
+                    elif name not in columns:
+                        columns[name] = (stats.min, stats.max, stats.null_count)
+                    elif columns[name] is not None:
+                        low, high, nulls = columns[name]
+                        columns[name] = (min(low, stats.min), max(high, stats.max), nulls + stats.null_count)
+    except (ImportError, OSError, ValueError, TypeError):
+        return rows, {}
+    return rows, {name: found for name, found in columns.items() if found is not None}
