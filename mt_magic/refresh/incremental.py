@@ -174,7 +174,7 @@ class Maintainer:
                     frame = frame.coalesce(files_for(sum(d.added_bytes for d in changes.values())))
                 frame, rows = counting_rows(frame)
                 written = [self.rows.write(table, frame, stages[0], only)]
-            files = self.rows.published(table)
+            files = self.rows.published(table, None if retraction is None else kept)
             unchanged = rows() == 0 if retraction is None else \
                 self.rows.same(table, written[0], stages[0], {p: kept.files.get(p, ()) for p in dropped}, files)
             if unchanged:

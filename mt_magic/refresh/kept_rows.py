@@ -82,9 +82,13 @@ class RowsByPartition:
             written[partition] = tuple(names)
         return written
 
-    def published(self, table: MaterializedTable) -> Published:
+    def published(self, table: MaterializedTable, kept: KeptRows | None = None) -> Published:
         """The published data files (their paths and sizes) by their names in the version (those
-        `KeptRows.files` holds), wherever the table's partitions lie."""
+        `KeptRows.files` holds), wherever the table's partitions lie. `kept`: a retraction's, which
+        needs no sizes — of an unpartitioned table, the files are its folder's, not listed."""
+        if kept is not None and not table.partition_keys:
+            location = table.storage.location.rstrip("/")
+            return {name: (f"{location}/{name}", 0) for names in kept.files.values() for name in names}
         relative = version_relative(table.storage.root)
         return {relative(path): (path, facts[0]) for path, facts in self.storage.published_files(table).items()}
 

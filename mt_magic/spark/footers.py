@@ -39,14 +39,16 @@ def footer_summary(fmt: str, files: Sequence[str]) -> Summary | None:
     """The rows of these files and, of a Parquet file's columns, their least and greatest value and
     their NULLs, from the footers (a column whose statistics are missing in one row group is left
     out); None where the rows cannot be counted so."""
-    rows = footer_rows(fmt, files)
-    if rows is None or fmt.lower() != "parquet":
+    if fmt.lower() != "parquet" or not all(map(is_local, files)):
+        rows = footer_rows(fmt, files)
         return None if rows is None else (rows, {})
     columns: dict[str, tuple[Any, Any, int] | None] = {}
+    rows = 0
     try:
         from pyarrow import parquet
         for path in files:
             meta = parquet.read_metadata(local_path(path))
+            rows += meta.num_rows
             for group in range(meta.num_row_groups):
                 for index in range(meta.num_columns):
                     chunk = meta.row_group(group).column(index)
@@ -58,6 +60,9 @@ def footer_summary(fmt: str, files: Sequence[str]) -> Summary | None:
                     elif columns[name] is not None:
                         low, high, nulls = columns[name]
                         columns[name] = (min(low, stats.min), max(high, stats.max), nulls + stats.null_count)
-    except (ImportError, OSError, ValueError, TypeError):
-        return rows, {}
+    except (ImportError, OSError, ValueError):
+        return None
+    except TypeError:       # a column's values that do not compare: the count alone
+        counted = footer_rows(fmt, files)
+        return None if counted is None else (counted, {})
     return rows, {name: found for name, found in columns.items() if found is not None}
