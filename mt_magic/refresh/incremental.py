@@ -28,7 +28,7 @@ from mt_magic.incremental.rules import Aggregate, Linear, TopN
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.kept_partials import KeptPartials, Staged
-from mt_magic.refresh.kept_rows import RowsByPartition, merged
+from mt_magic.refresh.kept_rows import RowsByPartition, fingerprints, merged
 from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, partition_of
 from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.choice import Reading, Stateful, table_reading
@@ -36,7 +36,7 @@ from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_grou
 from mt_magic.spark.tables import refresh_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
-from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver
+from mt_magic.spark.frames import counting_rows, files_frame, fingerprinting, listed_by_driver
 from mt_magic.spark.sessions import default_parallelism
 from mt_magic.spark.files import Listing
 from mt_magic.storage.compaction import files_for, files_to_compact
@@ -173,10 +173,11 @@ class Maintainer:
                 if retraction is None and not rule.joins:    # an append's rows: a file per partition it reaches
                     frame = frame.coalesce(files_for(sum(d.added_bytes for d in changes.values())))
                 frame, rows = counting_rows(frame)
+                frame, fingerprint = fingerprinting(frame)
                 written = [self.rows.write(table, frame, stages[0], only)]
             files = self.rows.published(table, None if retraction is None else kept)
             unchanged = rows() == 0 if retraction is None else \
-                self.rows.same(table, written[0], stages[0], {p: kept.files.get(p, ()) for p in dropped}, files)
+                self.rows.same(table, written[0], stages[0], kept, dropped, fingerprint(), files)
             if unchanged:
                 return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group),
                                   delta_rows=relations.delta_rows(), kept=kept)     # nothing to publish
@@ -192,7 +193,8 @@ class Maintainer:
                 self.storage.remove(stage)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           delta_rows=relations.delta_rows(),
-                          kept=KeptRows(keeping.source, keeping.provenance, merged(kept.files, gone, *written)),
+                          kept=KeptRows(keeping.source, keeping.provenance, merged(kept.files, gone, *written),
+                                        fingerprints(kept, dropped, written[0], only, fingerprint())),
                           compacted=frozenset(compacted))
 
     def _scope(self, table: MaterializedTable, what: str) -> Relations:

@@ -25,7 +25,7 @@ from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S
 from mt_magic.refresh.provenance_state import partitions
 from mt_magic.refresh.same_rows import same_rows
 from mt_magic.spark.errors import spark_call
-from mt_magic.spark.frames import files_frame, listed_by_driver, unsorted_partition_writes
+from mt_magic.spark.frames import Fingerprint, files_frame, listed_by_driver, unsorted_partition_writes
 from mt_magic.storage.compaction import SMALL_FILE_BYTES, SMALL_FILES_KEPT, files_for
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.linked import version_relative
@@ -117,11 +117,16 @@ class RowsByPartition:
         return self._tagged(table, paths).coalesce(files_for(sum(published[name][1] for names in crowded.values()
                                                                  for name in names)))
 
-    def same(self, table: MaterializedTable, written: Files, folder: str, replaced: Files, published: Published) -> bool:
-        """The rows `written` into `folder` for the rewritten partitions are those of the published
-        files they replace, partition by partition (`same_rows`)."""
+    def same(self, table: MaterializedTable, written: Files, folder: str, kept: KeptRows, dropped: set[str],
+             now: Fingerprint | None, published: Published) -> bool:
+        """The rows `written` into `folder` for the `dropped` partitions (their fingerprint `now`) are
+        those of the published files they replace: by the kept fingerprints where each is known (no
+        file read again; different ones are different rows), else partition by partition (`same_rows`)."""
+        before = [kept.fingerprints.get(partition) for partition in dropped]
+        if now is not None and None not in before:
+            return added(*before) == now
         new = {f"{folder}/{name}": partition for partition, names in written.items() for name in names}
-        old = {published[name][0]: partition for partition, names in replaced.items() for name in names}
+        old = {published[name][0]: partition for partition in dropped for name in kept.files.get(partition, ())}
         return same_rows(table.storage.format, list(new), list(old),
                          lambda: (self._tagged(table, new), self._tagged(table, old)), f"Refreshing {table.identifier}")
 
@@ -157,3 +162,22 @@ def merged(kept: Files, gone: set[str], *written: Files) -> Files:
         for partition, names in more.items():
             files[partition] = files.get(partition, ()) + names
     return files
+
+
+def fingerprints(kept: KeptRows, dropped: set[str], written: Files, only: str | None,
+                 now: Fingerprint | None) -> dict[str, Fingerprint]:
+    """The partitions' fingerprints after a refresh that dropped `dropped` and wrote `written` (its
+    rows' fingerprint `now`): a write of one partition's rows gives it theirs (added to its kept
+    one's, an append's); a write of several partitions' leaves theirs unknown until one of their own."""
+    prints = {partition: found for partition, found in kept.fingerprints.items()
+              if partition not in dropped and partition not in written}
+    if only is not None and now is not None and set(written) <= {only}:
+        earlier = (0, 0, 0) if only in dropped or only not in kept.files else kept.fingerprints.get(only)
+        if earlier is not None:
+            prints[only] = added(earlier, now)
+    return prints
+
+
+def added(*prints: Fingerprint) -> Fingerprint:
+    """The fingerprint of the rows of all these."""
+    return tuple(map(sum, zip((0, 0, 0), *prints)))       # type: ignore[return-value]

@@ -18,6 +18,8 @@ from pyspark.sql import types as T
 from mt_magic.spark.kind import is_connect
 from mt_magic.sql.statements import quote_identifier
 
+Fingerprint = tuple[int, int, int]      # rows, and two sums of their hashes
+
 
 def query_frame(spark: Any, query: str) -> Any:
     """A DataFrame of a query. `spark.sql` over Connect first sends the text to be run as a command
@@ -32,18 +34,43 @@ def query_frame(spark: Any, query: str) -> Any:
 def counting_rows(frame: Any, unreported: int | None = 0) -> tuple[Any, Callable[[], int | None]]:
     """The frame, counting the rows that pass through it for free (an observation), and how to read
     the count once an action ran (`unreported` where no count came back: over Connect a write reports
-    only the observations of the frame it writes). Connect's `observe` asks the server whether the
-    frame streams first: a batch frame is observed without that question."""
-    observation = Observation(f"rows_{time.monotonic_ns()}")
-    count = F.count(F.lit(1)).alias("rows")
-    if not is_connect(frame.sparkSession):
-        observed = frame.observe(observation, count)
-    else:
-        from pyspark.sql.connect import plan
-        from pyspark.sql.connect.dataframe import DataFrame
-        observation._result = {}          # what Connect's `observe` sets before the action fills it
-        observed = DataFrame(plan.CollectMetrics(frame._plan, observation, [count]), frame.sparkSession)
+    only the observations of the frame it writes)."""
+    observed, observation = _observing(frame, [F.count(F.lit(1)).alias("rows")])
     return observed, lambda: _observed_rows(observation, unreported)
+
+
+def fingerprinting(frame: Any) -> tuple[Any, Callable[[], Fingerprint | None]]:
+    """The frame, taking the fingerprint of the rows that pass through it for free (an observation):
+    their count and two sums of a 64-bit hash of each row, with different seeds — the same rows in
+    any order and files have the same fingerprint, and the fingerprints of two sets of rows add up to
+    their union's. None where none came back (see `counting_rows`)."""
+    columns = [F.col(quote_identifier(name)) for name in frame.columns]
+    hashes = [F.sum(F.xxhash64(*([F.lit(seed)] if seed else []), *columns).cast("decimal(20,0)")).alias(f"h{seed}")
+              for seed in (0, 1)]
+    observed, observation = _observing(frame, [F.count(F.lit(1)).alias("rows"), *hashes])
+    return observed, lambda: _fingerprint(observation)
+
+
+def _observing(frame: Any, metrics: list[Any]) -> tuple[Any, Observation]:
+    """The frame observed by these metrics. Connect's `observe` asks the server whether the frame
+    streams first: a batch frame is observed without that question."""
+    observation = Observation(f"observed_{time.monotonic_ns()}")
+    if not is_connect(frame.sparkSession):
+        return frame.observe(observation, *metrics), observation
+    from pyspark.sql.connect import plan
+    from pyspark.sql.connect.dataframe import DataFrame
+    observation._result = {}          # what Connect's `observe` sets before the action fills it
+    return DataFrame(plan.CollectMetrics(frame._plan, observation, metrics), frame.sparkSession), observation
+
+
+def _fingerprint(observation: Observation) -> Fingerprint | None:
+    try:
+        found = observation.get
+    except Py4JJavaError:
+        return None
+    if found.get("rows") is None:
+        return None
+    return (int(found["rows"]), *(0 if found.get(h) is None else int(found[h]) for h in ("h0", "h1")))
 
 
 def _observed_rows(observation: Observation, unreported: int | None) -> int | None:

@@ -21,6 +21,7 @@ from typing import Any
 from mt_magic.catalog.model import Storage
 from mt_magic.incremental.provenance import Provenance
 from mt_magic.spark.files import Files, Listing
+from mt_magic.spark.frames import Fingerprint
 
 MANIFESTS_DIR = "_manifests"
 CARRIED = "__mt_state"      # the prefix of a state's columns written in the data's own files
@@ -55,15 +56,19 @@ class KeptState:
 @dataclass(frozen=True)
 class KeptRows:
     """What the manifest records of a linear table's rows by source partition: the names of the data
-    files (in the version's folder) each partition's rows are in, no file holding two partitions'."""
+    files (in the version's folder) each partition's rows are in, no file holding two partitions'; and,
+    of the partitions a write of their own (or an append to one) gave it, the rows' fingerprint, which
+    tells a rewrite of the same rows (a compaction) without reading them again."""
 
     source: str
     provenance: Provenance
     files: dict[str, tuple[str, ...]]
+    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
 
     def document(self) -> dict[str, Any]:
         return {"source": self.source, "occurrence": self.provenance.occurrence, "column": self.provenance.column,
-                "files": {partition: list(names) for partition, names in sorted(self.files.items())}}
+                "files": {partition: list(names) for partition, names in sorted(self.files.items())},
+                "fingerprints": {partition: list(found) for partition, found in sorted(self.fingerprints.items())}}
 
     def fits(self, source: str, provenance: Provenance) -> bool:
         return (self.source, self.provenance) == (source, provenance)
@@ -76,7 +81,8 @@ def read_kept(document: dict[str, Any] | None) -> KeptState | KeptRows | None:
     provenance = Provenance(int(document["occurrence"]), document["column"])
     if "files" in document:
         return KeptRows(document["source"], provenance,
-                        {partition: tuple(names) for partition, names in document["files"].items()})
+                        {partition: tuple(names) for partition, names in document["files"].items()},
+                        {partition: tuple(found) for partition, found in (document.get("fingerprints") or {}).items()})
     return KeptState(document["source"], provenance, document["folder"], document["schema"],
                      dict(document.get("previous") or {}))
 
