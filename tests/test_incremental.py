@@ -255,10 +255,13 @@ def test_a_reprocessed_day_is_retracted_a_compacted_one_publishes_nothing_and_a_
                 "compacted again": lambda: overwrite("d3", rows("d3")[::-1]),
                 "two rows changed": lambda: overwrite("d3", swapped(rows("d3")))}
     compactions = ("compacted", "compacted again")
+    linear = ("kept", "kept_k", "above", "per_k")       # what the last two steps are about (and a sum beside)
     for step, (what, rewrite) in enumerate(rewrites.items()):
         files = {name: sorted(spark.table(name).inputFiles()) for name in queries}
         spark.sql(rewrite())
         for name, (query, how) in queries.items():
+            if step >= 3 and name not in linear:
+                continue
             said = dict(gw.execute(f"EXPLAIN ALTER MATERIALIZED TABLE {name} REFRESH")[0].rows)
             upstream = source if name != "above" else f"spark_catalog.{spark.catalog.currentDatabase()}.kept"
             change = rf"rewritten: \d+ files? removed, \d+ written \(\d+ bytes\); \d+ (partition|files?) of " \
@@ -275,8 +278,7 @@ def test_a_reprocessed_day_is_retracted_a_compacted_one_publishes_nothing_and_a_
             assert re.fullmatch(rf"{change} → incremental \({re.escape(how)}\)", said[f"source {upstream}"]), said
             assert re.fullmatch(change, entry["sources"][upstream]), entry
             same = sorted(spark.table(name).inputFiles()) == files[name]
-            if what != "two rows changed" or name in ("kept", "kept_k", "above", "per_k"):  # (the others' may not)
-                assert same == (what in compactions), (what, name, entry)
+            assert same == (what in compactions), (what, name, entry)
             assert not same or (entry["inserted"], entry["deleted"]) == (0, 0), (name, entry)
             if name == "kept" and step >= 3 and before is not None:    # the write; no comparison
                 assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) - before == 1, what

@@ -64,7 +64,8 @@ def test_failed_runs_suspend_the_table_and_resume_clears_them(spark, gw, sales, 
                             check=True).stdout     # which store it reads when --store is not given
     assert "(default: $MT_MAGIC_CATALOG_STORE, else .mt_magic/catalog.json)" in " ".join(helped.split()), helped
     assert table_rows(spark, "checked") == before                   # the old data stays readable
-    assert [e["outcome"] for e in gw.history("checked")][:3] == ["FAILED"] * 3
+    # three failed runs, and no more once suspended (not a fire queued behind the third, as seen on a busy machine)
+    assert [e["outcome"] for e in gw.history("checked")].count("FAILED") == 3
     spark.sql("INSERT OVERWRITE sales VALUES ('2024-01-03', 9, 10.0)")
     gw.execute("ALTER MATERIALIZED TABLE checked RESUME")
     described = gw.describe("checked")

@@ -82,15 +82,19 @@ class RowsByPartition:
             written[partition] = tuple(names)
         return written
 
-    def published(self, table: MaterializedTable, kept: KeptRows | None = None) -> Published:
+    def published(self, table: MaterializedTable) -> Published:
         """The published data files (their paths and sizes) by their names in the version (those
-        `KeptRows.files` holds), wherever the table's partitions lie. `kept`: a retraction's, which
-        needs no sizes — of an unpartitioned table, the files are its folder's, not listed."""
-        if kept is not None and not table.partition_keys:
-            location = table.storage.location.rstrip("/")
-            return {name: (f"{location}/{name}", 0) for names in kept.files.values() for name in names}
+        `KeptRows.files` holds), wherever the table's partitions lie."""
         relative = version_relative(table.storage.root)
         return {relative(path): (path, facts[0]) for path, facts in self.storage.published_files(table).items()}
+
+    def located(self, table: MaterializedTable, kept: KeptRows) -> dict[str, str]:
+        """Where the kept files lie, by their names in the version: an unpartitioned table's in its
+        folder (no listing), a partitioned one's wherever its partitions lie."""
+        if table.partition_keys:
+            return {name: path for name, (path, _) in self.published(table).items()}
+        location = table.storage.location.rstrip("/")
+        return {name: f"{location}/{name}" for names in kept.files.values() for name in names}
 
     def crowded(self, published: Published, kept: KeptRows, appended: Files) -> Files:
         """The partitions' published small files an append rewrites into one per folder of the table:
@@ -118,7 +122,7 @@ class RowsByPartition:
                                                                  for name in names)))
 
     def same(self, table: MaterializedTable, written: Files, folder: str, kept: KeptRows, dropped: set[str],
-             now: Fingerprint | None, published: Published) -> bool:
+             now: Fingerprint | None) -> bool:
         """The rows `written` into `folder` for the `dropped` partitions (their fingerprint `now`) are
         those of the published files they replace: by the kept fingerprints where each is known (no
         file read again; different ones are different rows), else partition by partition (`same_rows`)."""
@@ -126,7 +130,8 @@ class RowsByPartition:
         if now is not None and None not in before:
             return added(*before) == now
         new = {f"{folder}/{name}": partition for partition, names in written.items() for name in names}
-        old = {published[name][0]: partition for partition in dropped for name in kept.files.get(partition, ())}
+        paths = self.located(table, kept)
+        old = {paths[name]: partition for partition in dropped for name in kept.files.get(partition, ())}
         return same_rows(table.storage.format, list(new), list(old),
                          lambda: (self._tagged(table, new), self._tagged(table, old)), f"Refreshing {table.identifier}")
 

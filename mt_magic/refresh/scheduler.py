@@ -134,6 +134,10 @@ class RefreshScheduler:
             id=job_id, name=job_id, replace_existing=True))
 
     def pause(self, identifier: str) -> None:
+        """No more fires, nor the one queued behind a running refresh (a table suspended by its
+        refresh's failure is not refreshed once more)."""
+        with self._guard:
+            self._queued.pop(identifier, None)
         self._while_open(lambda: self._scheduler.pause_job(identifier))
 
     def resume(self, identifier: str) -> None:

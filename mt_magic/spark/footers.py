@@ -17,52 +17,56 @@ from mt_magic.spark.files import is_local, local_path
 _READERS = {"parquet", "orc"}
 
 
+Summary = tuple[int, dict[str, tuple[Any, Any, int]]]     # rows; per column: min, max and NULLs
+
+
 def footer_rows(fmt: str, files: Sequence[str]) -> int | None:
     """The rows of these files from their footers; None where one cannot be read so."""
-    fmt = fmt.lower()
-    if fmt not in _READERS or not all(map(is_local, files)):
-        return None
-    try:
-        if fmt == "parquet":
-            from pyarrow import parquet
-            return sum(parquet.read_metadata(local_path(path)).num_rows for path in files)
-        from pyarrow import orc
-        return sum(orc.ORCFile(local_path(path)).nrows for path in files)
-    except (ImportError, OSError, ValueError):    # no pyarrow; a file it cannot read (ArrowIOError, ArrowInvalid)
-        return None
-
-
-Summary = tuple[int, dict[str, tuple[Any, Any, int]]]     # rows; per column: min, max and NULLs
+    found = _footers(fmt, files, statistics=False)
+    return None if found is None else found[0]
 
 
 def footer_summary(fmt: str, files: Sequence[str]) -> Summary | None:
     """The rows of these files and, of a Parquet file's columns, their least and greatest value and
-    their NULLs, from the footers (a column whose statistics are missing in one row group is left
-    out); None where the rows cannot be counted so."""
-    if fmt.lower() != "parquet" or not all(map(is_local, files)):
-        rows = footer_rows(fmt, files)
-        return None if rows is None else (rows, {})
+    their NULLs, from the footers (a column whose statistics are missing in one row group, or whose
+    values do not compare, is left out); None where the rows cannot be counted so."""
+    return _footers(fmt, files, statistics=True)
+
+
+def _footers(fmt: str, files: Sequence[str], statistics: bool) -> Summary | None:
+    fmt = fmt.lower()
+    if fmt not in _READERS or not all(map(is_local, files)):
+        return None
     columns: dict[str, tuple[Any, Any, int] | None] = {}
-    rows = 0
     try:
+        if fmt == "orc":
+            from pyarrow import orc
+            return sum(orc.ORCFile(local_path(path)).nrows for path in files), {}
         from pyarrow import parquet
+        rows = 0
         for path in files:
             meta = parquet.read_metadata(local_path(path))
             rows += meta.num_rows
-            for group in range(meta.num_row_groups):
-                for index in range(meta.num_columns):
-                    chunk = meta.row_group(group).column(index)
-                    name, stats = chunk.path_in_schema, chunk.statistics
-                    if stats is None or not stats.has_min_max or stats.null_count is None:
-                        columns[name] = None
-                    elif name not in columns:
-                        columns[name] = (stats.min, stats.max, stats.null_count)
-                    elif columns[name] is not None:
-                        low, high, nulls = columns[name]
-                        columns[name] = (min(low, stats.min), max(high, stats.max), nulls + stats.null_count)
-    except (ImportError, OSError, ValueError):
+            if statistics:
+                _gather(meta, columns)
+    except (ImportError, OSError, ValueError):    # no pyarrow; a file it cannot read (ArrowIOError, ArrowInvalid)
         return None
-    except TypeError:       # a column's values that do not compare: the count alone
-        counted = footer_rows(fmt, files)
-        return None if counted is None else (counted, {})
     return rows, {name: found for name, found in columns.items() if found is not None}
+
+
+def _gather(meta: Any, columns: dict[str, tuple[Any, Any, int] | None]) -> None:
+    """Each column's least and greatest value and NULLs over a file's row groups, into `columns`."""
+    for group in range(meta.num_row_groups):
+        for index in range(meta.num_columns):
+            chunk = meta.row_group(group).column(index)
+            name, stats = chunk.path_in_schema, chunk.statistics
+            if stats is None or not stats.has_min_max or stats.null_count is None:
+                columns[name] = None
+            elif name not in columns:
+                columns[name] = (stats.min, stats.max, stats.null_count)
+            elif columns[name] is not None:
+                low, high, nulls = columns[name]
+                try:
+                    columns[name] = (min(low, stats.min), max(high, stats.max), nulls + stats.null_count)
+                except TypeError:       # values that do not compare
+                    columns[name] = None
