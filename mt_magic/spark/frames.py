@@ -43,11 +43,16 @@ def fingerprinting(frame: Any) -> tuple[Any, Callable[[], Fingerprint | None]]:
     """The frame, taking the fingerprint of the rows that pass through it for free (an observation):
     their count and two sums of a 64-bit hash of each row, with different seeds — the same rows in
     any order and files have the same fingerprint, and the fingerprints of two sets of rows add up to
-    their union's. None where none came back (see `counting_rows`)."""
+    their union's. Each sum is taken as the sums of the hashes' high and low 32 bits, in BIGINT (no
+    overflow below 2³¹ rows; a DECIMAL sum costs a BigDecimal a row). None where none came back (see
+    `counting_rows`)."""
     columns = [F.col(quote_identifier(name)) for name in frame.columns]
-    hashes = [F.sum(F.xxhash64(*([F.lit(seed)] if seed else []), *columns).cast("decimal(20,0)")).alias(f"h{seed}")
-              for seed in (0, 1)]
-    observed, observation = _observing(frame, [F.count(F.lit(1)).alias("rows"), *hashes])
+    halves = []
+    for seed in (0, 1):
+        hashed = F.xxhash64(*([F.lit(seed)] if seed else []), *columns)
+        halves += [F.sum(F.shiftright(hashed, 32)).alias(f"high{seed}"),
+                   F.sum(hashed.bitwiseAND(F.lit(0xFFFFFFFF))).alias(f"low{seed}")]
+    observed, observation = _observing(frame, [F.count(F.lit(1)).alias("rows"), *halves])
     return observed, lambda: _fingerprint(observation)
 
 
@@ -70,7 +75,9 @@ def _fingerprint(observation: Observation) -> Fingerprint | None:
         return None
     if found.get("rows") is None:
         return None
-    return (int(found["rows"]), *(0 if found.get(h) is None else int(found[h]) for h in ("h0", "h1")))
+    def total(seed: int) -> int:
+        return (int(found.get(f"high{seed}") or 0) << 32) + int(found.get(f"low{seed}") or 0)
+    return int(found["rows"]), total(0), total(1)
 
 
 def _observed_rows(observation: Observation, unreported: int | None) -> int | None:
