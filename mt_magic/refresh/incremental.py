@@ -36,7 +36,7 @@ from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_grou
 from mt_magic.spark.tables import refresh_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
-from mt_magic.spark.frames import counting_rows, files_frame, fingerprinting, listed_by_driver
+from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, observing
 from mt_magic.spark.sessions import default_parallelism
 from mt_magic.spark.files import Listing
 from mt_magic.storage.compaction import files_for, files_to_compact
@@ -172,9 +172,9 @@ class Maintainer:
             with relations.query(_shaped(table, query, keeping)) as frame:
                 if retraction is None and not rule.joins:    # an append's rows: a file per partition it reaches
                     frame = frame.coalesce(files_for(sum(d.added_bytes for d in changes.values())))
-                frame, fingerprint = fingerprinting(frame)      # and the rows' count (none came back: 0)
+                # a fingerprint is kept of a retraction's rows or of one partition's (see `fingerprints`)
+                frame, rows, fingerprint = observing(frame, retraction is not None or only is not None)
                 written = [self.rows.write(table, frame, stages[0], only)]
-                rows = lambda: (fingerprint() or (0,))[0]      # noqa: E731
             unchanged = rows() == 0 if retraction is None else \
                 self.rows.same(table, written[0], stages[0], kept, dropped, fingerprint())
             if unchanged:

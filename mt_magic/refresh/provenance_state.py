@@ -13,6 +13,7 @@ diffed, and their partials are subtracted and added.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -94,8 +95,14 @@ def partition_of(path: str, column: str) -> str:
     by FILE, the file's name."""
     if column == FILE:
         return path.rsplit("/", 1)[-1]
-    match = list(re.finditer(rf"/{re.escape(column)}=([^/]*)/", path, re.IGNORECASE))
-    return match[-1].group(1) if match else ""
+    match = _last_folder(column).match(path)
+    return match.group(1) if match else ""
+
+
+@functools.lru_cache(maxsize=64)
+def _last_folder(column: str) -> re.Pattern:
+    """A decision reads the partition of each of a source's files: a pattern compiled once."""
+    return re.compile(rf".*/{re.escape(column)}=([^/]*)/", re.IGNORECASE | re.DOTALL)
 
 
 def partitions(listing: Listing, column: str) -> dict[str, Listing]:

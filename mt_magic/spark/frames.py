@@ -35,7 +35,7 @@ def counting_rows(frame: Any, unreported: int | None = 0) -> tuple[Any, Callable
     """The frame, counting the rows that pass through it for free (an observation), and how to read
     the count once an action ran (`unreported` where no count came back: over Connect a write reports
     only the observations of the frame it writes)."""
-    observed, observation = _observing(frame, [F.count(F.lit(1)).alias("rows")])
+    observed, observation = _observing(frame, [F.expr("count(1) AS rows")])
     return observed, lambda: _observed_rows(observation, unreported)
 
 
@@ -46,14 +46,24 @@ def fingerprinting(frame: Any) -> tuple[Any, Callable[[], Fingerprint | None]]:
     their union's. Each sum is taken as the sums of the hashes' high and low 32 bits, in BIGINT (no
     overflow below 2³¹ rows; a DECIMAL sum costs a BigDecimal a row). None where none came back (see
     `counting_rows`)."""
-    columns = [F.col(quote_identifier(name)) for name in frame.columns]
-    halves = []
-    for seed in (0, 1):
-        hashed = F.xxhash64(*([F.lit(seed)] if seed else []), *columns)
-        halves += [F.sum(F.shiftright(hashed, 32)).alias(f"high{seed}"),
-                   F.sum(hashed.bitwiseAND(F.lit(0xFFFFFFFF))).alias(f"low{seed}")]
-    observed, observation = _observing(frame, [F.count(F.lit(1)).alias("rows"), *halves])
+    columns = ", ".join(map(quote_identifier, frame.columns))
+    sums = []
+    for seed in ("", "1, "):
+        hashed = f"xxhash64({seed}{columns})"
+        sums += [f"sum(shiftright({hashed}, 32))", f"sum({hashed} & 4294967295)"]
+    # one expression: the observation's analysis costs a millisecond or two per expression
+    observed, observation = _observing(frame, [F.expr(f"array(count(1), {', '.join(sums)}) AS fingerprint")])
     return observed, lambda: _fingerprint(observation)
+
+
+def observing(frame: Any, fingerprinted: bool) -> tuple[Any, Callable[[], int], Callable[[], Fingerprint | None]]:
+    """The frame with its rows' count, and their fingerprint where it is `fingerprinted` (a row's
+    hashes are work thrown away where no fingerprint is kept), to read once an action ran."""
+    if not fingerprinted:
+        frame, counted = counting_rows(frame)
+        return frame, lambda: counted() or 0, lambda: None
+    frame, fingerprint = fingerprinting(frame)
+    return frame, lambda: (fingerprint() or (0,))[0], fingerprint
 
 
 def _observing(frame: Any, metrics: list[Any]) -> tuple[Any, Observation]:
@@ -70,14 +80,13 @@ def _observing(frame: Any, metrics: list[Any]) -> tuple[Any, Observation]:
 
 def _fingerprint(observation: Observation) -> Fingerprint | None:
     try:
-        found = observation.get
+        found = observation.get.get("fingerprint")
     except Py4JJavaError:
         return None
-    if found.get("rows") is None:
+    if not found or found[0] is None:
         return None
-    def total(seed: int) -> int:
-        return (int(found.get(f"high{seed}") or 0) << 32) + int(found.get(f"low{seed}") or 0)
-    return int(found["rows"]), total(0), total(1)
+    rows, high0, low0, high1, low1 = (int(value or 0) for value in found)
+    return rows, (high0 << 32) + low0, (high1 << 32) + low1
 
 
 def _observed_rows(observation: Observation, unreported: int | None) -> int | None:
