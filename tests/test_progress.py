@@ -23,12 +23,14 @@ def run_watched(spark, job, after_s: float) -> list:
 
 
 def test_a_slow_refresh_shows_its_tasks(spark):
+    """Its own: a table's second refresh (the same job group) counts its tasks, not the first's too."""
     slow = F.udf(lambda x: time.sleep(0.3) or x, LongType(), useArrow=False)
-    (bar,) = run_watched(spark, lambda: spark.range(0, 8, 1, 8).select(slow("id")).collect(), 0.5)
-    assert bar.revealed
-    assert (bar.bar.value, bar.bar.max) == (8, 8) and bar.bar.bar_style == "success"
-    assert bar.label.value.startswith("refresh progress-test: done in ")
-    assert repr(bar) == "refresh progress: refresh progress-test"
+    for _ in range(2):
+        (bar,) = run_watched(spark, lambda: spark.range(0, 8, 1, 8).select(slow("id")).collect(), 0.5)
+        assert bar.revealed
+        assert (bar.bar.value, bar.bar.max) == (8, 8) and bar.bar.bar_style == "success"
+        assert bar.label.value.startswith("refresh progress-test: done in ")
+        assert repr(bar) == "refresh progress: refresh progress-test"
 
 
 def test_a_quick_refresh_stays_hidden(spark):
