@@ -170,8 +170,9 @@ class Maintainer:
         stages = [self.storage.new_version(table)]
         try:
             with relations.query(_shaped(table, query, keeping)) as frame:
-                if retraction is None and not rule.joins:    # an append's rows: a file per partition it reaches
-                    frame = frame.coalesce(files_for(sum(d.added_bytes for d in changes.values())))
+                if not rule.joins:      # an append's rows: a file per partition it reaches
+                    frame = frame.coalesce(files_for(sum(d.added_bytes for d in changes.values()))) \
+                        if retraction is None else self._by_cores(frame, changes[keeping.source].replaced[2])
                 # a fingerprint is kept of a retraction's rows or of one partition's (see `fingerprints`)
                 frame, rows, fingerprint = observing(frame, retraction is not None or only is not None)
                 written = [self.rows.write(table, frame, stages[0], only)]
@@ -212,9 +213,8 @@ class Maintainer:
         stages = [self.storage.new_version(table)]
         try:
             with relations.query(shaped_sql(delta, table.columns, table.identifier, table.query_columns)) as frame:
-                if not rule.joins:      # a filter's change needs no more files than its size or the cores
-                    frame = frame.coalesce(max(files_for(sum(d.added_bytes for d in changes.values())),
-                                               default_parallelism(self.spark)))      # (a join's: its shuffle's)
+                if not rule.joins:
+                    frame = self._by_cores(frame, sum(d.added_bytes for d in changes.values()))
                 frame, rows = counting_rows(frame)
                 self._write(table, frame, stages[0])
             read = relations.delta_rows()
@@ -231,6 +231,10 @@ class Maintainer:
                 self.storage.remove(stage)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
                           delta_rows=read, compacted=frozenset(rewritten))
+
+    def _by_cores(self, frame: Any, read_bytes: int) -> Any:
+        """A filter's rows in no more files than their size or the cores need, not one per file read."""
+        return frame.coalesce(max(files_for(read_bytes), default_parallelism(self.spark)))
 
     def _compacted(self, table: MaterializedTable, files: Listing) -> Any:
         """The rows of the table's `files`, to be written again in as few files as they need."""
