@@ -48,16 +48,21 @@ def matches(spark, table: str, query: str) -> bool:
     return bag(spark, f"SELECT * FROM {table}") == bag(spark, query)
 
 
-def converged(spark, names) -> None:
+def converged(spark, gw, names) -> None:
+    """Every table matches its query. A round of checks alone takes 10-20 s on a busy machine (two
+    queries a table), hence the long wait; a table that never converges says what its refreshes did."""
     pending = list(names)
 
     def check() -> bool:
         pending[:] = [n for n in pending if not matches(spark, n, QUERIES[n])]
         return not pending
     try:
-        wait_for(check, timeout=90, interval=0.5)
+        wait_for(check, timeout=150, interval=0.5)
     except AssertionError:
-        raise AssertionError(f"not converged: {pending}") from None
+        said = {n: ({k: gw.describe(n)[k] for k in ("refresh_status", "last_refresh", "consecutive_failures")},
+                    [(e["trigger"], e["outcome"], e["technique"], e["reason"], e.get("error"))
+                     for e in gw.history(n, limit=5)]) for n in pending}
+        raise AssertionError(f"not converged: {said}") from None
 
 
 @pytest.fixture
@@ -79,11 +84,11 @@ def test_every_query_converges_in_continuous_mode(spark, gw, sources):
     assert strategies["join_agg"] == strategies["distinct_count"] == "recompute on change"
     spark.sql("INSERT INTO events VALUES ('2024-01-03', 2, 9.0), ('2024-01-03', 4, 1.0)")
     spark.sql("INSERT INTO users VALUES (4, 'al')")
-    converged(spark, QUERIES)
+    converged(spark, gw, QUERIES)
     # Not appends: a file stream alone would count the old rows too.
     spark.sql("INSERT OVERWRITE events VALUES ('2024-02-01', 1, 3.0), ('2024-02-01', 2, 4.0)")
     spark.sql("INSERT OVERWRITE users VALUES (1, 'abe')")
-    converged(spark, QUERIES)
+    converged(spark, gw, QUERIES)
     assert bag(spark, "SELECT * FROM streamed_sum") == Counter({(1, 3.0): 1, (2, 4.0): 1})
 
 
