@@ -2,7 +2,7 @@
 Spark Connect or with their own session, SIGTERM and SIGKILL.
 
 Tests marked `processes` start every process they use, whatever kind of session the suite runs on:
-`make test` runs them once, in the classic pass."""
+`make test` runs them once, beside its two passes."""
 
 from __future__ import annotations
 
