@@ -6,9 +6,10 @@ rewritten source named.
 
 One state machine drives every shape at once (each refresh round refreshes all of them, upstream
 first), so that a CI run covers each shape with many sequences in bounded time: filter/project,
-UNION ALL, an inner join, GROUP BY with COUNT/SUM/AVG/MIN/MAX and HAVING, a global aggregate, a join
-under GROUP BY, COUNT(DISTINCT) with HAVING, top-N per key (ROW_NUMBER in a subquery, RANK over a
-join with QUALIFY), a chain of materialized tables (linear over linear, aggregate over linear) and a
+UNION ALL, an inner join, GROUP BY with COUNT/SUM/AVG/MIN/MAX and HAVING, a global aggregate, ORDER BY …
+LIMIT over a GROUP BY, a join under GROUP BY (and nested in a subquery in FROM, with FILTER; a CTE),
+SELECT DISTINCT, UNION, COUNT(DISTINCT) with HAVING, top-N per key (ROW_NUMBER in a subquery, RANK over
+a join with QUALIFY), a chain of materialized tables (linear over linear, aggregate over linear) and a
 partitioned table. The sources hold NULL keys and values and duplicate rows; `sales` is partitioned
 (NULL partition values included). Every table has `'refresh.policy' = 'incremental'`: these tiny sources
 would often make `auto`'s cost rule recompute (tests/test_cost.py), and what is tested here is the rules."""
@@ -40,8 +41,16 @@ SHAPES = {   # name → (query, the plain sources it reads)
     "agg": ("SELECT ds, COUNT(*) AS n, COUNT(amount) AS na, SUM(amount) AS total, AVG(amount) AS mean, "
             "MIN(amount) AS lo, MAX(product_id) AS hi FROM sales GROUP BY ds HAVING COUNT(*) > 1", {"sales"}),
     "whole": ("SELECT COUNT(*) AS n, SUM(amount) AS total, MAX(ds) AS last FROM sales", {"sales"}),
+    "topagg": ("SELECT ds, SUM(amount) AS total, COUNT(*) AS n FROM sales GROUP BY ds "
+               "ORDER BY total DESC NULLS LAST, 1 LIMIT 2", {"sales"}),
     "joinagg": ("SELECT d.name, SUM(s.amount) AS total, COUNT(*) AS n FROM sales s JOIN dim d "
                 "ON s.product_id = d.id GROUP BY d.name", {"sales", "dim"}),
+    "nestagg": ("SELECT x.ds, SUM(x.a2) AS s, COUNT(*) FILTER (WHERE x.a2 > 4) AS n FROM (SELECT s.ds, s.amount * 2 AS a2 FROM sales s "
+                "JOIN dim d ON s.product_id = d.id WHERE d.name IS NOT NULL) x GROUP BY x.ds", {"sales", "dim"}),
+    "cte": ("WITH big AS (SELECT ds, product_id, amount FROM sales WHERE amount > 1) "
+            "SELECT b.ds, b.amount, d.name FROM big b JOIN dim d ON b.product_id = d.id", {"sales", "dim"}),
+    "dist": ("SELECT DISTINCT ds, product_id FROM sales WHERE amount > 1 OR amount IS NULL", {"sales"}),
+    "union": ("SELECT ds AS k, product_id AS v FROM sales UNION SELECT name, id FROM dim", {"sales", "dim"}),
     "chain": ("SELECT ds, a2 FROM lin WHERE a2 > 5", {"lin"}),
     "chainagg": ("SELECT COUNT(*) AS n, SUM(a2) AS s, ds FROM lin GROUP BY ds", {"lin"}),
     "part": ("SELECT product_id, amount, ds FROM sales WHERE product_id IS NOT NULL", {"sales"}),
@@ -58,7 +67,8 @@ PARTITIONED = {"part": "ds", "chainagg": "ds"}   # chainagg: a state in partitio
 # rewritten day is retracted; `uni` also computes again only its branch over `dim` when `dim` is rewritten.
 # `chain` keeps its rows by the file of `lin` they came from, `chainagg` (partitioned by a column of its own)
 # its partials: the files `lin` drops are retracted.
-RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "joinagg": {"sales"}, "lin": {"sales"}, "joined": {"sales"},
+RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestagg": {"sales"}, "cte": {"sales"},
+              "dist": {"sales"}, "joinagg": {"sales"}, "lin": {"sales"}, "joined": {"sales"},
               "chain": {"lin"}, "chainagg": {"lin"}, "distinct": {"sales"}, "top": {"sales"}, "ranked": {"sales"},
               "uni": {"sales", "dim"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
@@ -127,16 +137,23 @@ def test_the_rules_classify_the_shapes():
                                     .replace(" lin ", f" {prefix}`lin` ")))
              for name, (query, _) in SHAPES.items()}
     assert kinds == {"lin": Linear, "uni": Linear, "joined": Linear, "agg": Aggregate, "whole": Aggregate,
+                     "topagg": Aggregate, "nestagg": Aggregate, "cte": Linear, "dist": Aggregate, "union": Aggregate,
                      "joinagg": Aggregate, "chain": Linear, "chainagg": Aggregate, "part": Linear,
                      "distinct": DistinctCount, "top": TopN,
                      "ranked": TopN}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3", "LIMIT"),
+                             ("SELECT a, SUM(b) FROM t GROUP BY a ORDER BY 2", "ORDER BY"),
+                             ("SELECT a, SUM(b) FROM t GROUP BY a LIMIT 2", "LIMIT"),
+                             ("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY a ORDER BY 2 LIMIT 2", "COUNT(DISTINCT"),
                              ("SELECT a FROM t LEFT JOIN u ON t.a = u.a", "LEFT JOIN"),
                              ("SELECT COUNT(DISTINCT a), SUM(b) FROM t", "COUNT(DISTINCT …) beside other"),
                              ("SELECT a, ROW_NUMBER() OVER (ORDER BY b) FROM t", "the window function ROW_NUMBER(…)"),
-                             ("SELECT DISTINCT a FROM t", "SELECT DISTINCT"),
-                             ("SELECT a FROM t UNION SELECT a FROM u", "UNION (without ALL)"),
-                             ("SELECT a FROM (SELECT a FROM t) x", "a subquery in FROM"),
+                             ("SELECT DISTINCT a, COUNT(*) FROM t GROUP BY a", "SELECT DISTINCT over an aggregate"),
+                             ("SELECT a + 1 FROM t UNION SELECT a FROM u", "UNION whose columns are not all named"),
+                             ("SELECT a FROM t UNION ALL (SELECT a FROM u UNION SELECT a FROM v)", "UNION (without ALL)"),
+                             ("SELECT a FROM (SELECT a, COUNT(*) FROM t GROUP BY a) x", "an aggregate in a subquery"),
+                             ("WITH c AS (SELECT DISTINCT a FROM t) SELECT a FROM c", "SELECT DISTINCT"),
+                             ("SELECT a, collect_list(b) FILTER (WHERE b > 1) FROM t GROUP BY a", "COLLECT_LIST(…) with FILTER"),
                              ("SELECT a FROM t WHERE a IN (SELECT a FROM u)", "a subquery"),
                              ("SELECT collect_list(a) FROM t", "the aggregate"),
                              ("SELECT a, SUM(b) FROM t GROUP BY ROLLUP (a)", "ROLLUP")]:

@@ -1,7 +1,8 @@
 """GROUP BY (or a global aggregate) with COUNT, SUM, AVG, MIN, MAX and HAVING, over a table or inner
-joins. A hidden state keeps, per group, each aggregate's partial (AVG as a sum and a count); the
-change's rows are merged into it by group, and the result is the state's final projection with
-HAVING applied."""
+joins, and an ORDER BY … LIMIT over it (a global top-N). A hidden state keeps, per group, each
+aggregate's partial (AVG as a sum and a count); the change's rows are merged into it by group, and the
+result is the state's final projection with HAVING applied — the top-N's rule composed over it: its
+first rows taken again from every group the state holds, so that a group leaving them is replaced."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import ClassVar
 
 from sqlglot import exp
 
+from mt_magic.incremental.as_aggregate import unfiltered
 from mt_magic.incremental.checks import (AGGREGATE_ARGS, NotMaintainable, call_name, check_select, parse_expression,
                                          quoted)
 from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
@@ -48,7 +50,10 @@ class Aggregate:
     averaged: tuple[int, ...]           # the partials that are sums of an AVG (a DECIMAL one is refused)
     presence: int | None                # the partial counting a group's rows, where one is kept
     retracts: bool = False              # its state can take rows away (`retractable`)
-    per_group: ClassVar[bool] = True    # a state row per output row (before HAVING)
+    order: str | None = None            # an ORDER BY over the state, with `limit` (a global top-N)
+    limit: str | None = None
+    written: exp.Select | None = None   # the query as written, ORDER BY and LIMIT included
+    per_group: ClassVar[bool] = True    # a state row per output row (before HAVING and LIMIT)
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -59,11 +64,14 @@ class Aggregate:
         """The rule whose state can take rows away: a count of each group's rows (a group goes when it
         reaches zero) and of each SUM's non-NULL values (the SUM is NULL again at zero). Only a table
         that retracts keeps them, so that the others' state costs no more than it must."""
-        return self if self.retracts else aggregate(self.select, retractable=True)  # type: ignore[return-value]
+        if self.retracts:
+            return self
+        return aggregate(self.written or self.select, retractable=True)  # type: ignore[return-value]
 
     def describe(self) -> str:
         by = ", ".join(self.keys) if self.keys else "the one group"
-        return f"incremental (merge by {by})"
+        top = f", then the first {self.limit} rows taken again from every group" if self.limit else ""
+        return f"incremental (merge by {by}{top})"
 
     def state(self, names: Names, version: Version = Version.NEW) -> str:
         """The state of the whole input: partials per group."""
@@ -93,7 +101,8 @@ class Aggregate:
         columns = [f"{final} AS {quoted(name)}" for final, name in zip(self.finals, names, strict=True)]
         columns += [f"{c} AS {quoted(name)}" for c, name in (carry or {}).items()]
         where = f" WHERE {self.having}" if self.having else ""
-        return f"SELECT {', '.join(columns)} FROM {state}{where}"
+        top = f" ORDER BY {self.order} LIMIT {self.limit}" if self.limit else ""
+        return f"SELECT {', '.join(columns)} FROM {state}{where}{top}"
 
     def key_column(self, index: int) -> str | None:
         """The state's key column that output column `index` is, as it is; None when it is not one."""
@@ -128,6 +137,8 @@ class Aggregate:
 
 
 def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | DistinctCount:
+    written = tree
+    tree, ordering, limit = _top(unfiltered(tree))
     check_select(tree, AGGREGATE_ARGS)
     group = tree.args.get("group")
     if group is not None and (any(group.args.get(a) for a in set(group.args) - {"expressions"}) or
@@ -141,6 +152,8 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
         if key.find(exp.AggFunc):
             raise NotMaintainable("an aggregate in GROUP BY")
     if any(isinstance(c, exp.Count) and isinstance(c.this, exp.Distinct) for c in tree.find_all(exp.AggFunc)):
+        if limit is not None:
+            raise NotMaintainable("ORDER BY … LIMIT over COUNT(DISTINCT …)")
         return distinct_count(tree, keys, _over_state)
     partials: list[Partial] = []
     averaged: list[int] = []
@@ -153,7 +166,7 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
         if call.find(exp.Distinct):
             raise NotMaintainable(f"{call_name(call)} over DISTINCT values")
         if isinstance(call.parent, exp.Filter):
-            raise NotMaintainable("an aggregate with FILTER")
+            raise NotMaintainable(f"{call_name(call)} with FILTER")
         j = len(partials)
         if isinstance(call, exp.Avg):
             argument = sql(call.this)
@@ -180,12 +193,49 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
     finals = [_over_state(e.this if isinstance(e, exp.Alias) else e, keys, final) for e in tree.expressions]
     having = tree.args.get("having")
     having_sql = _over_state(having.this, keys, final) if having is not None else None
+    order = _order_over_state(ordering, tree, finals, keys, final) if ordering is not None else None
     presence = next((j for j, p in enumerate(partials) if p.row == _ONE), None)
     if presence is None and retractable:
         presence = len(partials)
         partials.append(Partial("COUNT(*)", "SUM", _ONE, counting=True))
     return Aggregate(tree, tuple(identifier(t) for t in tables(tree)), tuple(sql(k) for k in keys),
-                     tuple(partials), tuple(finals), having_sql, tuple(averaged), presence, retractable)
+                     tuple(partials), tuple(finals), having_sql, tuple(averaged), presence, retractable,
+                     order, sql(limit.expression) if limit is not None else None, written)
+
+
+def _top(tree: exp.Select) -> tuple[exp.Select, exp.Order | None, exp.Limit | None]:
+    """The query without its ORDER BY … LIMIT (a global top-N over the aggregate), and the two; a
+    query with only one of them, or an OFFSET, keeps them (and is refused naming them)."""
+    order, limit = tree.args.get("order"), tree.args.get("limit")
+    if order is None or limit is None or tree.args.get("offset") or limit.args.get("offset"):
+        return tree, None, None
+    tree = tree.copy()
+    tree.set("order", None)
+    tree.set("limit", None)
+    return tree, order, limit
+
+
+def _order_over_state(order: exp.Order, tree: exp.Select, finals: list[str], keys: list[exp.Expression],
+                      final: Callable[[exp.AggFunc], str]) -> str:
+    """The ORDER BY over the state: an output's alias (as Spark resolves it first) or position by that
+    output's final, any other expression as the outputs are rewritten."""
+    aliases = {e.alias.lower(): f for e, f in zip(tree.expressions, finals) if isinstance(e, exp.Alias)}
+    items = []
+    for ordered in order.expressions:
+        node = ordered.this
+        if isinstance(node, exp.Literal) and not node.is_string:
+            position = int(node.name)
+            if not 1 <= position <= len(finals):
+                raise NotMaintainable(f"ORDER BY {position}")
+            text = finals[position - 1]
+        elif isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+            text = aliases[node.name.lower()]
+        else:
+            text = _over_state(node, keys, final)
+        item = ordered.copy()
+        item.set("this", parse_expression(text))
+        items.append(sql(item))
+    return ", ".join(items)
 
 
 def _counted(argument: str) -> str:

@@ -38,8 +38,8 @@ def below(rule: Aggregate, occurrence: int) -> Below | None:
     if not isinstance(rule, Aggregate):     # a top-N's rows are kept as they are
         return None
     found = tables(rule.select)
-    if len(found) < 2 or rule.select.args.get("laterals"):
-        return None
+    if len(found) < 2 or rule.select.args.get("laterals") or found[occurrence].parent.parent is not rule.select:
+        return None         # (an occurrence in a subquery: its partials are not the query's own)
     alias = found[occurrence].alias_or_name
     for partial in rule.partials:
         if any(c.table.lower() != alias.lower() for c in parse_expression(partial.row).find_all(exp.Column)):

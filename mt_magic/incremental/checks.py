@@ -21,6 +21,9 @@ class NotMaintainable(Exception):
 
 
 def check_select(tree: exp.Select, allowed: set[str]) -> None:
+    """Refuses what `tree` holds beyond `allowed` clauses, inner joins and linear relations: a subquery
+    (a CTE, inlined) in FROM or JOIN is a relation when it is itself linear — project, filter, inner
+    joins, UNION ALL —, for then the query stays linear in each table it reads, however nested."""
     for arg, value in tree.args.items():
         if value and arg not in allowed:
             raise NotMaintainable(CLAUSES.get(arg, arg.upper()))
@@ -28,15 +31,16 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
         side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
         if side or kind not in ("", "INNER", "CROSS"):
             raise NotMaintainable(f"{' '.join(w for w in (side, kind) if w)} JOIN")
-        if not isinstance(join.this, exp.Table):
-            raise NotMaintainable("a subquery in FROM")
     from_ = tree.args.get("from_")
     if from_ is None:
         raise NotMaintainable("a query without FROM")
-    if not isinstance(from_.this, exp.Table):
-        raise NotMaintainable("a subquery in FROM" if isinstance(from_.this, exp.Subquery) else
-                              f"{type(from_.this).__name__.upper()} in FROM")
-    for node in tree.walk():
+    relations = [from_.this, *(join.this for join in tree.args.get("joins") or ())]
+    for relation in relations:
+        _check_relation(relation)
+    nested = {id(r) for r in relations if isinstance(r, exp.Subquery)}
+    for node in tree.walk(prune=lambda n: id(n) in nested):
+        if id(node) in nested:
+            continue
         if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.Select) and node is not tree):
             raise NotMaintainable("a subquery")
         if isinstance(node, exp.Window):
@@ -45,6 +49,33 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
             raise NotMaintainable("TABLESAMPLE")
     if not tables(tree):
         raise NotMaintainable("a query that reads no table")
+
+
+def _check_relation(relation: exp.Expression) -> None:
+    if isinstance(relation, exp.Subquery):
+        linear_branches(relation.this, "an aggregate in a subquery")
+    elif not isinstance(relation, exp.Table):
+        raise NotMaintainable(f"{type(relation).__name__.upper()} in FROM")
+
+
+def linear_branches(body: exp.Expression, aggregated: str) -> list[exp.Select]:
+    """The linear SELECTs a query is made of (a UNION ALL of them, or one), each checked; `aggregated`:
+    the reason an aggregate among them is given."""
+    if isinstance(body, exp.Subquery):
+        return linear_branches(body.this, aggregated)
+    if isinstance(body, exp.Union) and not isinstance(body, (exp.Except, exp.Intersect)):
+        if body.args.get("distinct"):
+            raise NotMaintainable("UNION (without ALL)")
+        for arg in ("order", "limit", "offset"):
+            if body.args.get(arg):
+                raise NotMaintainable(CLAUSES[arg])
+        return linear_branches(body.this, aggregated) + linear_branches(body.expression, aggregated)
+    if isinstance(body, exp.Select):
+        if body.args.get("group") or body.find(exp.AggFunc):
+            raise NotMaintainable(aggregated)
+        check_select(body, LINEAR_ARGS)
+        return [body]
+    raise NotMaintainable(f"{type(body).__name__.upper()} in FROM")
 
 
 def call_name(node: exp.Expression) -> str:

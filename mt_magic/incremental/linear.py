@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from mt_magic.incremental.checks import CLAUSES, LINEAR_ARGS, NotMaintainable, check_select
+from mt_magic.incremental.checks import linear_branches
 from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
 
 
@@ -52,26 +52,7 @@ class Linear:
 
 
 def linear_union(tree: exp.Union) -> Linear:
-    branches: list[exp.Select] = []
-
-    def collect(node: exp.Expression) -> None:
-        if isinstance(node, exp.Union) and not isinstance(node, (exp.Except, exp.Intersect)):
-            if node.args.get("distinct"):
-                raise NotMaintainable("UNION (without ALL)")
-            for arg in ("order", "limit", "offset"):
-                if node.args.get(arg):
-                    raise NotMaintainable(CLAUSES[arg])
-            collect(node.this)
-            collect(node.expression)
-        elif isinstance(node, exp.Select):
-            if node.args.get("group") or node.find(exp.AggFunc):
-                raise NotMaintainable("an aggregate under UNION ALL")
-            check_select(node, LINEAR_ARGS)
-            branches.append(node)
-        else:
-            raise NotMaintainable(type(node).__name__.upper())
-
-    collect(tree)
+    branches = linear_branches(tree, "an aggregate under UNION ALL")
     return Linear(tuple(branches), tuple(tuple(identifier(t) for t in tables(b)) for b in branches))
 
 

@@ -30,12 +30,62 @@ class Unparsable(Exception):
 
 
 def parse(query: str) -> exp.Expression:
+    """The query's tree, its WITH names (not recursive) replaced by their queries: a CTE is a relation
+    like a subquery in FROM, read once per place that names it."""
     try:
-        return sqlglot.parse_one(query, read=DIALECT)
+        tree = sqlglot.parse_one(query, read=DIALECT)
     except SqlglotError as error:
         raise Unparsable(str(error).splitlines()[0]) from None
+    with_ = tree.args.get("with_")
+    if with_ is None or with_.args.get("recursive"):
+        return tree
+    tree.set("with_", None)
+    bodies: dict[str, exp.Expression] = {}
+    for cte in with_.expressions:
+        bodies[cte.alias_or_name.lower()] = _inlined(cte.this, bodies)
+    return _inlined(tree, bodies)
 
 
+def _inlined(tree: exp.Expression, bodies: dict[str, exp.Expression]) -> exp.Expression:
+    """`tree` with each unqualified name of `bodies` replaced by its query, aliased as it was named."""
+    def inline(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and not node.args.get("db") and node.name.lower() in bodies:
+            alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name))
+            return exp.Subquery(this=bodies[node.name.lower()].copy(), alias=alias.copy())
+        return node
+    return tree.transform(inline)
+
+
+def lifted(tree: exp.Select, occurrence: int, name: str, over: Callable[[str], exp.Expression]) -> exp.Expression:
+    """An expression over occurrence i's columns (`over(its alias)`) as `tree` reads it: where the
+    occurrence is nested in subqueries in FROM, each of them selects it too (as `name`_level). `tree`
+    is changed: it must be a copy, and the occurrence `liftable`."""
+    table = tables(tree)[occurrence]
+    expression, select, level = over(table.alias_or_name), table.parent.parent, 0
+    while select is not tree:
+        column = f"{name}_{level}"
+        select.set("expressions", [*select.expressions, exp.alias_(expression, column)])
+        expression = exp.column(column, table=select.parent.alias_or_name)
+        select, level = select.parent.parent.parent, level + 1
+    return expression
+
+
+def liftable(tree: exp.Select, occurrence: int) -> bool:
+    """Occurrence i is read by `tree` itself, or through subqueries in FROM or JOIN (no UNION on the
+    way), each named, none above the innermost selecting `*` (it would show the lifted columns)."""
+    relation: exp.Expression = tables(tree)[occurrence]
+    while True:
+        holder = relation.parent
+        select = holder.parent if holder is not None else None
+        if not isinstance(holder, (exp.From, exp.Join)) or not isinstance(select, exp.Select):
+            return False
+        if relation is not tables(tree)[occurrence] and any(e.is_star for e in select.expressions):
+            return False
+        if select is tree:
+            return True
+        relation = select.parent
+        if not isinstance(relation, exp.Subquery) or not relation.alias:
+            return False
 def identifier(table: exp.Table) -> str:
     """catalog.database.name as the catalog record spells sources (lower case)."""
     return ".".join(part.name for part in table.parts).lower()

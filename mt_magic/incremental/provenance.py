@@ -26,7 +26,7 @@ from sqlglot import exp
 
 from mt_magic.incremental.aggregate import STATE_PARTIAL, Aggregate
 from mt_magic.incremental.linear import Linear, term_trees
-from mt_magic.incremental.occurrences import Names, replaced, sql, tables
+from mt_magic.incremental.occurrences import Names, liftable, lifted, replaced, sql, tables
 from mt_magic.incremental.topn import TopN
 
 SIGN = "mt_sign"             # a changed row's weight: +1 added, -1 removed
@@ -102,7 +102,7 @@ def signed_state(rule: Aggregate, provenance: Provenance, reading: Callable[[int
     (DBSP's Z-sets): occurrence `signed` reads a relation whose `mt_sign` column weighs each of its
     rows, and each row's partial counts times its weight (a rule whose partials all subtract)."""
     tree = replaced(rule.select, reading)
-    weight = exp.column(SIGN, table=tables(tree)[signed].alias_or_name)
+    weight = lifted(tree, signed, SIGN, lambda alias: exp.column(SIGN, table=alias))
     rows = _by_partition(rule, tree, provenance, rows=True)
     rows.set("expressions", [*rows.expressions, exp.alias_(weight, SIGN)])
     keys = [PARTITION] + rule.key_columns
@@ -164,10 +164,20 @@ def _tagged(tree: exp.Select, provenance: Provenance, start: int = 0) -> exp.Sel
 
 
 def partition_expression(provenance: Provenance, tree: exp.Select) -> exp.Expression:
-    """The provenance occurrence's partition column in `tree` (as text: a partition's folder name)."""
-    table = tables(tree)[provenance.occurrence]
-    column = exp.column(exp.to_identifier(provenance.column, quoted=True), table=table.alias_or_name)
-    return exp.cast(column, exp.DataType.build("STRING"))
+    """The provenance occurrence's partition column in `tree` (as text: a partition's folder name),
+    selected up through the subqueries it is nested in (`tree` is a copy)."""
+    return lifted(tree, provenance.occurrence, PARTITION, lambda alias: exp.cast(
+        exp.column(exp.to_identifier(provenance.column, quoted=True), table=alias), exp.DataType.build("STRING")))
+
+
+def keepable(rule: Linear | Aggregate | TopN, occurrence: int) -> bool:
+    """What the rule derives can be kept by where occurrence i's rows came from: the query that reads
+    it can select its columns (`liftable`)."""
+    if isinstance(rule, Linear):
+        branch, start = next((b, start) for (b, start), o in zip(rule.starts(), rule.occurrences, strict=True)
+                             if start <= occurrence < start + len(o))
+        return liftable(branch, occurrence - start)
+    return liftable(rule.ranked if isinstance(rule, TopN) else rule.select, occurrence)
 
 
 def _within(rule: TopN, candidates: str) -> str:
@@ -178,7 +188,7 @@ def _within(rule: TopN, candidates: str) -> str:
 def _by_partition(rule: Aggregate, tree: exp.Select, provenance: Provenance, rows: bool = False) -> exp.Select:
     """Partials per source partition and group; `rows`: per input row, ungrouped."""
     state = rule.state_select(tree, rows=rows)
-    partition = partition_expression(provenance, tree)
+    partition = partition_expression(provenance, state)
     state.set("expressions", [exp.alias_(partition, PARTITION)] + state.expressions)
     if not rows:
         group = state.args.get("group")

@@ -7,9 +7,10 @@ Each rule lives in its module (`linear`, `aggregate`, `topn`); this one picks it
   occurrence i, the occurrences before i read their new files, i its appended ones, those after their
   old files), and it is merged by adding files.
 - `Aggregate`: one SELECT with GROUP BY (or a global aggregate) over a table or inner joins, with
-  COUNT, SUM, AVG, MIN, MAX and HAVING. A hidden state keeps, per group, each aggregate's partial
-  (AVG as a sum and a count); the change's partials are merged into it by group, and the result is
-  the state's final projection with HAVING applied.
+  COUNT, SUM, AVG, MIN, MAX (FILTER too) and HAVING, and an ORDER BY … LIMIT over it; SELECT DISTINCT
+  and UNION as the GROUP BY they are (`as_aggregate`). A hidden state keeps, per group, each
+  aggregate's partial (AVG as a sum and a count); the change's partials are merged into it by group,
+  and the result is the state's final projection with HAVING applied.
 - `DistinctCount`: COUNT(DISTINCT x) per group: the distinct (group, x) pairs, added to.
 - `TopN`: ROW_NUMBER / RANK / DENSE_RANK ≤ N per key: the ranked rows within N, re-ranked with the
   change's rows.
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import Aggregate, aggregate
+from mt_magic.incremental.as_aggregate import grouped
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.checks import LINEAR_ARGS, NotMaintainable, check_select
 from mt_magic.incremental.linear import Linear, linear_union
@@ -46,7 +48,7 @@ Rule = Linear | Aggregate | DistinctCount | TopN | Recompute
 def maintenance(query: str) -> Rule:
     """The rule that maintains `query` (its table names fully qualified), or why none does."""
     try:
-        tree = parse(query)
+        tree = grouped(parse(query))
         if isinstance(tree, exp.Union):
             return linear_union(tree)
         if not isinstance(tree, exp.Select):

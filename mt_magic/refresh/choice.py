@@ -26,7 +26,7 @@ from mt_magic.incremental.distinct_pairs import retractable
 from mt_magic.incremental.cost import Estimate, SourceBytes, estimate, estimate_below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
-from mt_magic.incremental.provenance import FILE, Provenance, by_file
+from mt_magic.incremental.provenance import FILE, Provenance, by_file, keepable
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
 from mt_magic.refresh.provenance_state import Keeping, Retraction
 from mt_magic.spark.query_plans import analysed_operators
@@ -273,7 +273,8 @@ def _keeping(table: MaterializedTable, rule: Rule, readings: dict[str, Reading |
             for source in rule.sources}
     for index, source in enumerate(rule.sources):
         reading = readings.get(source)
-        if not once[source] or not reading.partition_columns or materialized(source) is not None:
+        if not once[source] or not reading.partition_columns or materialized(source) is not None or \
+                not keepable(rule, index):
             continue
         column = reading.partition_columns[0]
         field = next((f for f in reading.schema.fields if f.name.lower() == column.lower()), None)
@@ -285,7 +286,7 @@ def _keeping(table: MaterializedTable, rule: Rule, readings: dict[str, Reading |
     for index, source in enumerate(rule.sources):
         reading = readings.get(source)
         if once[source] and materialized(source) is not None and not reading.partition_columns and \
-                FILE not in (name.lower() for name in reading.schema.fieldNames()):
+                FILE not in (name.lower() for name in reading.schema.fieldNames()) and keepable(rule, index):
             return Keeping(source, Provenance(index, FILE))
     return None
 

@@ -16,7 +16,7 @@ from mt_magic.catalog.model import MaterializedTable, Target
 from mt_magic.config import REFRESH_POLICY
 from mt_magic.incremental.below_join import below
 from mt_magic.incremental.cost import Estimate
-from mt_magic.incremental.provenance import OTHER_BRANCHES, subtracts
+from mt_magic.incremental.provenance import OTHER_BRANCHES, keepable, subtracts
 from mt_magic.incremental.rules import Aggregate, Linear, Recompute, Rule, TopN
 from mt_magic.refresh.changes import (Change, Relative, Snapshot, SourceChange, SourceDelta, compare, deltas,
                                       volatile)
@@ -169,7 +169,8 @@ def _diffed(situation: Situation, source: str, now: Listing) -> Retraction | str
     kept, rule = situation.manifest.kept, situation.known.rule
     if isinstance(rule, TopN):
         return f"{source} was rewritten (a top-N over it is recomputed)"
-    if not isinstance(rule, Aggregate) or not isinstance(kept, KeptState) or source not in kept.previous:
+    if not isinstance(rule, Aggregate) or not isinstance(kept, KeptState) or source not in kept.previous or \
+            not keepable(rule, rule.sources.index(source)):
         return f"{source} was rewritten"
     if not subtracts(rule):
         return f"{source} was rewritten (a MIN or MAX over it is recomputed)"
