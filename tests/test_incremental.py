@@ -8,9 +8,9 @@ One state machine drives every shape at once (each refresh round refreshes all o
 first), so that a CI run covers each shape with many sequences in bounded time: filter/project,
 UNION ALL, an inner join, GROUP BY with COUNT/SUM/AVG/MIN/MAX and HAVING, a global aggregate, ORDER BY …
 LIMIT over a GROUP BY, a join under GROUP BY (and nested in a subquery in FROM, with FILTER; a CTE),
-SELECT DISTINCT, UNION, COUNT(DISTINCT) with HAVING, top-N per key (ROW_NUMBER in a subquery, RANK over
-a join with QUALIFY), a chain of materialized tables (linear over linear, aggregate over linear) and a
-partitioned table. The sources hold NULL keys and values and duplicate rows; `sales` is partitioned
+SELECT DISTINCT, UNION, ROLLUP, COUNT(DISTINCT) with HAVING, top-N per key (ROW_NUMBER in a subquery,
+RANK over a join with QUALIFY), a chain of materialized tables (linear over linear, aggregate over
+linear) and a partitioned table. The sources hold NULL keys and values and duplicate rows; `sales` is partitioned
 (NULL partition values included). Every table has `'refresh.policy' = 'incremental'`: these tiny sources
 would often make `auto`'s cost rule recompute (tests/test_cost.py), and what is tested here is the rules."""
 
@@ -49,6 +49,8 @@ SHAPES = {   # name → (query, the plain sources it reads)
                 "JOIN dim d ON s.product_id = d.id WHERE d.name IS NOT NULL) x GROUP BY x.ds", {"sales", "dim"}),
     "cte": ("WITH big AS (SELECT ds, product_id, amount FROM sales WHERE amount > 1) "
             "SELECT b.ds, b.amount, d.name FROM big b JOIN dim d ON b.product_id = d.id", {"sales", "dim"}),
+    "rollup": ("SELECT ds, product_id, SUM(amount) AS total, COUNT(*) AS n, MAX(amount) AS hi FROM sales "
+               "GROUP BY ROLLUP (ds, product_id)", {"sales"}),
     "dist": ("SELECT DISTINCT ds, product_id FROM sales WHERE amount > 1 OR amount IS NULL", {"sales"}),
     "union": ("SELECT ds AS k, product_id AS v FROM sales UNION SELECT name, id FROM dim", {"sales", "dim"}),
     "chain": ("SELECT ds, a2 FROM lin WHERE a2 > 5", {"lin"}),
@@ -68,7 +70,7 @@ PARTITIONED = {"part": "ds", "chainagg": "ds"}   # chainagg: a state in partitio
 # `chain` keeps its rows by the file of `lin` they came from, `chainagg` (partitioned by a column of its own)
 # its partials: the files `lin` drops are retracted.
 RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestagg": {"sales"}, "cte": {"sales"},
-              "dist": {"sales"}, "joinagg": {"sales"}, "lin": {"sales"}, "joined": {"sales"},
+              "dist": {"sales"}, "rollup": {"sales"}, "joinagg": {"sales"}, "lin": {"sales"}, "joined": {"sales"},
               "chain": {"lin"}, "chainagg": {"lin"}, "distinct": {"sales"}, "top": {"sales"}, "ranked": {"sales"},
               "uni": {"sales", "dim"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
@@ -138,6 +140,7 @@ def test_the_rules_classify_the_shapes():
              for name, (query, _) in SHAPES.items()}
     assert kinds == {"lin": Linear, "uni": Linear, "joined": Linear, "agg": Aggregate, "whole": Aggregate,
                      "topagg": Aggregate, "nestagg": Aggregate, "cte": Linear, "dist": Aggregate, "union": Aggregate,
+                     "rollup": Aggregate,
                      "joinagg": Aggregate, "chain": Linear, "chainagg": Aggregate, "part": Linear,
                      "distinct": DistinctCount, "top": TopN,
                      "ranked": TopN}
@@ -156,7 +159,8 @@ def test_the_rules_classify_the_shapes():
                              ("SELECT a, collect_list(b) FILTER (WHERE b > 1) FROM t GROUP BY a", "COLLECT_LIST(…) with FILTER"),
                              ("SELECT a FROM t WHERE a IN (SELECT a FROM u)", "a subquery"),
                              ("SELECT collect_list(a) FROM t", "the aggregate"),
-                             ("SELECT a, SUM(b) FROM t GROUP BY ROLLUP (a)", "ROLLUP")]:
+                             ("SELECT a, GROUPING(a), SUM(b) FROM t GROUP BY ROLLUP (a)", "GROUPING(…)"),
+                             ("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY CUBE (a)", "GROUPING SETS over COUNT(DIS")]:
         found = maintenance(query)
         assert isinstance(found, Recompute) and construct in found.reason, (query, found)
 

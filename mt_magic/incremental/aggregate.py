@@ -19,6 +19,7 @@ from mt_magic.incremental.checks import (AGGREGATE_ARGS, NotMaintainable, call_n
                                          quoted)
 from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
 from mt_magic.incremental.distinct import DistinctCount, distinct_count
+from mt_magic.incremental.grouping_sets import finest_keys, merged_again, over_state
 from mt_magic.incremental.linear import term_trees
 
 # Aggregates with a merge: the partial computed per group, and how partials combine.
@@ -53,7 +54,14 @@ class Aggregate:
     order: str | None = None            # an ORDER BY over the state, with `limit` (a global top-N)
     limit: str | None = None
     written: exp.Select | None = None   # the query as written, ORDER BY and LIMIT included
-    per_group: ClassVar[bool] = True    # a state row per output row (before HAVING and LIMIT)
+    grouping: str | None = None         # GROUPING SETS, ROLLUP or CUBE over the state's (finest) keys
+    per_group: ClassVar[bool] = True    # a state row per output row (before HAVING, LIMIT, grouping sets)
+
+    @property
+    def shown_as_kept(self) -> bool:
+        """The result is the state's rows, one per group: no HAVING drops one, no LIMIT, no grouping
+        sets adding others."""
+        return self.per_group and self.having is None and self.limit is None and self.grouping is None
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -95,13 +103,24 @@ class Aggregate:
         group = f" GROUP BY {', '.join(keys)}" if keys else ""
         return f"SELECT {', '.join(columns)} FROM ({union}) AS merged{group}"
 
-    def output(self, state: str, names: Sequence[str], carry: Mapping[str, str] | None = None) -> str:
+    def output(self, state: str, names: Sequence[str], carry: Mapping[str, str] | None = None,
+               regrouped: bool = True) -> str:
         """The result from a state, its columns named `names` (the table's query columns). `carry`: state
-        columns that follow, each under the name it maps to (one row per group: no HAVING)."""
-        columns = [f"{final} AS {quoted(name)}" for final, name in zip(self.finals, names, strict=True)]
+        columns that follow, each under the name it maps to (one row per group: no HAVING). Grouping
+        sets merge the state's partials again per set (not `regrouped`: each state row's outputs, as
+        Spark judges what they compute)."""
+        finals, having, order = self.finals, self.having, self.order
+        grouped = regrouped and self.grouping is not None
+        if grouped:
+            pattern, merges = re.compile(rf"{STATE_PARTIAL}(\d+)"), [p.merge for p in self.partials]
+            finals = [merged_again(f, pattern, merges) for f in finals]
+            having = merged_again(having, pattern, merges) if having else None
+            order = merged_again(order, pattern, merges, ordering=True) if order else None
+        columns = [f"{final} AS {quoted(name)}" for final, name in zip(finals, names, strict=True)]
         columns += [f"{c} AS {quoted(name)}" for c, name in (carry or {}).items()]
-        where = f" WHERE {self.having}" if self.having else ""
-        top = f" ORDER BY {self.order} LIMIT {self.limit}" if self.limit else ""
+        where = (f" GROUP BY {self.grouping}" if grouped else "") + \
+            (f" {'HAVING' if grouped else 'WHERE'} {having}" if having else "")
+        top = f" ORDER BY {order} LIMIT {self.limit}" if self.limit else ""
         return f"SELECT {', '.join(columns)} FROM {state}{where}{top}"
 
     def key_column(self, index: int) -> str | None:
@@ -141,19 +160,17 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
     tree, ordering, limit = _top(unfiltered(tree))
     check_select(tree, AGGREGATE_ARGS)
     group = tree.args.get("group")
-    if group is not None and (any(group.args.get(a) for a in set(group.args) - {"expressions"}) or
-                              any(isinstance(k, (exp.Rollup, exp.Cube, exp.GroupingSets)) for k in group.expressions)):
-        raise NotMaintainable("GROUPING SETS, ROLLUP or CUBE")
-    keys = [_ordinal(k, tree) for k in group.expressions] if group is not None else []
+    finest, sets = finest_keys(group) if group is not None else ([], None)
+    keys = [_ordinal(k, tree) for k in finest]
     if group is not None:
         tree = tree.copy()
-        tree.args["group"].set("expressions", [k.copy() for k in keys])
+        tree.set("group", exp.Group(expressions=[k.copy() for k in keys]))
     for key in keys:
         if key.find(exp.AggFunc):
             raise NotMaintainable("an aggregate in GROUP BY")
     if any(isinstance(c, exp.Count) and isinstance(c.this, exp.Distinct) for c in tree.find_all(exp.AggFunc)):
-        if limit is not None:
-            raise NotMaintainable("ORDER BY … LIMIT over COUNT(DISTINCT …)")
+        if limit is not None or sets is not None:
+            raise NotMaintainable(f"{'ORDER BY … LIMIT' if sets is None else 'GROUPING SETS'} over COUNT(DISTINCT …)")
         return distinct_count(tree, keys, _over_state)
     partials: list[Partial] = []
     averaged: list[int] = []
@@ -200,7 +217,8 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
         partials.append(Partial("COUNT(*)", "SUM", _ONE, counting=True))
     return Aggregate(tree, tuple(identifier(t) for t in tables(tree)), tuple(sql(k) for k in keys),
                      tuple(partials), tuple(finals), having_sql, tuple(averaged), presence, retractable,
-                     order, sql(limit.expression) if limit is not None else None, written)
+                     order, sql(limit.expression) if limit is not None else None, written,
+                     over_state(sets, keys, lambda i: f"{STATE_KEY}{i}") if sets is not None else None)
 
 
 def _top(tree: exp.Select) -> tuple[exp.Select, exp.Order | None, exp.Limit | None]:

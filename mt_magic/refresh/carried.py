@@ -27,9 +27,9 @@ _HOLDING_TYPES = {"long", "integer", "short", "byte", "double", "string", "boole
 
 
 def carries_state(table: MaterializedTable, rule: Stateful) -> bool:
-    """The state's columns can ride in the data's files: a row per group (no HAVING, no LIMIT), read by
+    """The state's columns can ride in the data's files: a row per group (`shown_as_kept`), read by
     column name, and no column of the table's that could be mistaken for them."""
-    return isinstance(rule, Aggregate) and rule.per_group and rule.having is None and rule.limit is None and \
+    return isinstance(rule, Aggregate) and rule.shown_as_kept and \
         table.storage.format.lower() in CARRYING_FORMATS and \
         not any(c.name.lower().startswith(CARRIED) for c in table.columns)
 

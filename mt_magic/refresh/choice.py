@@ -156,7 +156,10 @@ class Chooser:
                                "Analysing the state") if isinstance(rule, Aggregate) and rule.averaged else None
             state = query_frame(self.spark, state_sql)
             probe = f"mt_state_{uuid.uuid4().hex[:10]}"
-            with query_over(self.spark, rule.output(probe, table.query_columns), {probe: state}) as out:
+            # (grouping sets judged per state row: what merges them again is the rule's own aggregate)
+            output = rule.output(probe, table.query_columns, regrouped=False) \
+                if isinstance(rule, Aggregate) and rule.grouping else rule.output(probe, table.query_columns)
+            with query_over(self.spark, output, {probe: state}) as out:
                 found = analysed_operators(out, outside=probe) & ({"Window"} if isinstance(rule, DistinctCount)
                                                                   else {"Aggregate", "Window"})
             if schema is not None and any(isinstance(schema.result().fields[len(rule.keys) + j].dataType,

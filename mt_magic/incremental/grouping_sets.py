@@ -1,0 +1,71 @@
+"""GROUPING SETS, ROLLUP and CUBE over the aggregate rule's state.
+
+The state keeps partials per group of every key the grouping sets name (the finest grouping); each
+set's groups are those partials merged again — a SUM of sums and counts, a MIN of minimums — in the
+result's own GROUP BY over the state (Spark computes the sets from it). So a change is merged into
+the finest groups only, and retractions subtract there as for any GROUP BY.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from sqlglot import exp
+
+from mt_magic.incremental.checks import NotMaintainable, parse_expression
+from mt_magic.incremental.occurrences import sql
+
+_CONSTRUCTS = (exp.Rollup, exp.Cube, exp.GroupingSets)
+
+
+def finest_keys(group: exp.Group) -> tuple[list[exp.Expression], exp.Group | None]:
+    """The keys of the finest grouping, each once, and the GROUP BY as written where it names grouping
+    sets (None for a plain GROUP BY)."""
+    if any(group.args.get(a) for a in set(group.args) - {"expressions", "rollup", "cube"}):
+        raise NotMaintainable("GROUP BY " + ", ".join(a.upper() for a in group.args if a != "expressions"))
+    sets = bool(group.args.get("rollup") or group.args.get("cube")) or \
+        any(isinstance(k, _CONSTRUCTS) for k in group.expressions)
+    keys: dict[str, exp.Expression] = {}
+    for key in group.expressions:
+        for member in _members(key) if isinstance(key, _CONSTRUCTS) else [key]:
+            if sets and isinstance(member, exp.Literal) and not member.is_string:
+                raise NotMaintainable("a position in GROUPING SETS, ROLLUP or CUBE")
+            keys.setdefault(sql(member).lower(), member)
+    return list(keys.values()), group if sets else None
+
+
+def over_state(group: exp.Group, keys: Sequence[exp.Expression], key_column: Callable[[int], str]) -> str:
+    """The grouping sets' GROUP BY with each key as the state's key column."""
+    columns = {sql(k).lower(): key_column(i) for i, k in enumerate(keys)}
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        found = columns.get(sql(node).lower()) if not isinstance(node, (*_CONSTRUCTS, exp.Tuple)) else None
+        return exp.column(found) if found else node
+
+    text = sql(group.copy().transform(swap))
+    return text[len("GROUP BY "):] if text.upper().startswith("GROUP BY ") else text
+
+
+def merged_again(text: str, partial: re.Pattern, merges: Sequence[str], ordering: bool = False) -> str:
+    """An expression over the state (`text`; `ordering`: an ORDER BY's items) with each partial column
+    merged over the finest groups a set's group holds (its merge: SUM, MIN or MAX)."""
+    def merge(node: exp.Expression) -> exp.Expression:
+        found = partial.fullmatch(node.name) if isinstance(node, exp.Column) and not node.table else None
+        return parse_expression(f"{merges[int(found.group(1))]}({node.name})") if found else node
+    if not ordering:
+        return sql(parse_expression(text).transform(merge))
+    order = parse_expression(f"SELECT * FROM state ORDER BY {text}").args["order"]
+    return ", ".join(sql(item.transform(merge)) for item in order.expressions)
+
+
+def _members(construct: exp.Expression) -> list[exp.Expression]:
+    members = []
+    for item in construct.expressions:
+        if isinstance(item, exp.Tuple):
+            members.extend(item.expressions)
+        elif isinstance(item, exp.Paren):
+            members.extend(item.this.expressions if isinstance(item.this, exp.Tuple) else [item.this])
+        else:
+            members.append(item)
+    return members
