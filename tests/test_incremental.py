@@ -8,11 +8,12 @@ One state machine drives every shape at once (each refresh round refreshes all o
 first), so that a CI run covers each shape with many sequences in bounded time: filter/project,
 UNION ALL, an inner join, GROUP BY with COUNT/SUM/AVG/MIN/MAX and HAVING, a global aggregate, ORDER BY …
 LIMIT over a GROUP BY, a join under GROUP BY (and nested in a subquery in FROM, with FILTER; a CTE),
-SELECT DISTINCT, UNION, ROLLUP, COUNT(DISTINCT) with HAVING, top-N per key (ROW_NUMBER in a subquery,
-RANK over a join with QUALIFY), a chain of materialized tables (linear over linear, aggregate over
-linear) and a partitioned table. The sources hold NULL keys and values and duplicate rows; `sales` is partitioned
-(NULL partition values included). Every table has `'refresh.policy' = 'incremental'`: these tiny sources
-would often make `auto`'s cost rule recompute (tests/test_cost.py), and what is tested here is the rules."""
+LEFT JOIN (under GROUP BY too), SELECT DISTINCT, UNION, ROLLUP, COUNT(DISTINCT) with HAVING, top-N per
+key (ROW_NUMBER in a subquery, RANK over a join with QUALIFY) and over all (ORDER BY … LIMIT), a chain
+of materialized tables (linear over linear, aggregate over linear) and a partitioned table. The sources
+hold NULL keys and values and duplicate rows; `sales` is partitioned (NULL partition values included).
+Every table has `'refresh.policy' = 'incremental'`: these tiny sources would often make `auto`'s cost
+rule recompute (tests/test_cost.py), and what is tested here is the rules."""
 
 from __future__ import annotations
 
@@ -51,6 +52,11 @@ SHAPES = {   # name → (query, the plain sources it reads)
             "SELECT b.ds, b.amount, d.name FROM big b JOIN dim d ON b.product_id = d.id", {"sales", "dim"}),
     "rollup": ("SELECT ds, product_id, SUM(amount) AS total, COUNT(*) AS n, MAX(amount) AS hi FROM sales "
                "GROUP BY ROLLUP (ds, product_id)", {"sales"}),
+    "limited": ("SELECT ds, product_id, amount FROM sales WHERE amount IS NOT NULL "
+                "ORDER BY amount DESC, product_id NULLS LAST, ds LIMIT 3", {"sales"}),
+    "leftj": ("SELECT s.ds, s.amount, d.name FROM sales s LEFT JOIN dim d ON s.product_id = d.id", {"sales", "dim"}),
+    "leftagg": ("SELECT d.name, COUNT(*) AS n, SUM(s.amount) AS total FROM sales s LEFT OUTER JOIN dim d "
+                "ON s.product_id = d.id GROUP BY d.name", {"sales", "dim"}),
     "dist": ("SELECT DISTINCT ds, product_id FROM sales WHERE amount > 1 OR amount IS NULL", {"sales"}),
     "union": ("SELECT ds AS k, product_id AS v FROM sales UNION SELECT name, id FROM dim", {"sales", "dim"}),
     "chain": ("SELECT ds, a2 FROM lin WHERE a2 > 5", {"lin"}),
@@ -66,16 +72,21 @@ SHAPES = {   # name → (query, the plain sources it reads)
 PARTITIONED = {"part": "ds", "chainagg": "ds"}   # chainagg: a state in partitioned data files
 # The sources whose rewrite alone a table retracts. Aggregates over `sales` (partitioned by day) keep their
 # partials per day (COUNT(DISTINCT) its counted pairs, top-N its rows within N), linear tables their rows: a
-# rewritten day is retracted; `uni` also computes again only its branch over `dim` when `dim` is rewritten.
+# rewritten day is retracted; `uni` also computes again only its branch over `dim` when `dim` is rewritten, and
+# `nestagg` (an aggregate of `sales` and `dim` joined, in a subquery) diffs the small `dim` with its content kept.
 # `chain` keeps its rows by the file of `lin` they came from, `chainagg` (partitioned by a column of its own)
 # its partials: the files `lin` drops are retracted.
-RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestagg": {"sales"}, "cte": {"sales"},
-              "dist": {"sales"}, "rollup": {"sales"}, "joinagg": {"sales"}, "lin": {"sales"}, "joined": {"sales"},
+RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestagg": {"sales", "dim"},
+              "cte": {"sales"},
+              "dist": {"sales"}, "rollup": {"sales"}, "limited": {"sales"}, "leftj": {"sales"},
+              "leftagg": {"sales"}, "joinagg": {"sales"}, "lin": {"sales"}, "joined": {"sales"},
               "chain": {"lin"}, "chainagg": {"lin"}, "distinct": {"sales"}, "top": {"sales"}, "ranked": {"sales"},
               "uni": {"sales", "dim"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
 # rewrite of the dimension is joined with them again — while `sales` was appended to as well.
-REJOINED = {"joinagg"}
+REJOINED = {"joinagg", "leftagg"}
+# Read on the right of a LEFT JOIN: an append to it recomputes, naming it (a rewrite is one above).
+HELD = {"leftj": {"dim"}, "leftagg": {"dim"}}
 CI = bool(os.environ.get("CI"))
 rounds = itertools.count()       # one fire time per refresh round, later each time
 
@@ -140,15 +151,19 @@ def test_the_rules_classify_the_shapes():
              for name, (query, _) in SHAPES.items()}
     assert kinds == {"lin": Linear, "uni": Linear, "joined": Linear, "agg": Aggregate, "whole": Aggregate,
                      "topagg": Aggregate, "nestagg": Aggregate, "cte": Linear, "dist": Aggregate, "union": Aggregate,
-                     "rollup": Aggregate,
+                     "rollup": Aggregate, "limited": TopN,
+                     "leftj": Linear, "leftagg": Aggregate,
                      "joinagg": Aggregate, "chain": Linear, "chainagg": Aggregate, "part": Linear,
                      "distinct": DistinctCount, "top": TopN,
                      "ranked": TopN}
-    for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3", "LIMIT"),
+    for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 1", "OFFSET"),
+                             ("SELECT * FROM t ORDER BY a LIMIT 3", "an unnamed output"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a ORDER BY 2", "ORDER BY"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a LIMIT 2", "LIMIT"),
                              ("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY a ORDER BY 2 LIMIT 2", "COUNT(DISTINCT"),
-                             ("SELECT a FROM t LEFT JOIN u ON t.a = u.a", "LEFT JOIN"),
+                             ("SELECT a FROM t RIGHT JOIN u ON t.a = u.a", "RIGHT JOIN"),
+                             ("SELECT a FROM t LEFT JOIN u USING (a)", "LEFT JOIN USING"),
+                             ("SELECT a FROM t FULL OUTER JOIN u ON t.a = u.a", "FULL OUTER JOIN"),
                              ("SELECT COUNT(DISTINCT a), SUM(b) FROM t", "COUNT(DISTINCT …) beside other"),
                              ("SELECT a, ROW_NUMBER() OVER (ORDER BY b) FROM t", "the window function ROW_NUMBER(…)"),
                              ("SELECT DISTINCT a, COUNT(*) FROM t GROUP BY a", "SELECT DISTINCT over an aggregate"),
@@ -646,6 +661,8 @@ def test_every_shape_stays_equal_to_its_query(spark, tables):
                     assert entry["technique"] in ("full", "partitions"), said
                     if entry["technique"] == "full":
                         assert any(s in (entry["reason"] or "") for s in rewritten), said
+                elif any(changed.get(s) == "appended" for s in HELD.get(name, ())):
+                    assert entry["technique"] == "full" and "LEFT JOIN" in entry["reason"], said
                 else:
                     expected = "incremental" if any(changed.get(s) for s in sources) else "skip"
                     assert entry["technique"] == expected, said

@@ -21,16 +21,18 @@ class NotMaintainable(Exception):
 
 
 def check_select(tree: exp.Select, allowed: set[str]) -> None:
-    """Refuses what `tree` holds beyond `allowed` clauses, inner joins and linear relations: a subquery
-    (a CTE, inlined) in FROM or JOIN is a relation when it is itself linear — project, filter, inner
-    joins, UNION ALL —, for then the query stays linear in each table it reads, however nested."""
+    """Refuses what `tree` holds beyond `allowed` clauses, inner and left joins and linear relations: a
+    subquery (a CTE, inlined) in FROM or JOIN is a relation when it is itself linear — project, filter,
+    inner joins, UNION ALL —, for then the query stays linear in each table it reads, however nested. A
+    LEFT JOIN is linear in its left side while its right side holds still (`held_still`)."""
     for arg, value in tree.args.items():
         if value and arg not in allowed:
             raise NotMaintainable(CLAUSES.get(arg, arg.upper()))
     for join in tree.args.get("joins") or ():
         side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
-        if side or kind not in ("", "INNER", "CROSS"):
-            raise NotMaintainable(f"{' '.join(w for w in (side, kind) if w)} JOIN")
+        if not (side in ("", "LEFT") and kind in ("", "INNER", "CROSS", "OUTER")) or side == "LEFT" and kind in \
+                ("INNER", "CROSS") or side == "LEFT" and join.args.get("using"):
+            raise NotMaintainable(f"{' '.join(w for w in (side, kind) if w)} JOIN" + (" USING" if side else ""))
     from_ = tree.args.get("from_")
     if from_ is None:
         raise NotMaintainable("a query without FROM")
@@ -76,6 +78,14 @@ def linear_branches(body: exp.Expression, aggregated: str) -> list[exp.Select]:
         check_select(body, LINEAR_ARGS)
         return [body]
     raise NotMaintainable(f"{type(body).__name__.upper()} in FROM")
+
+
+def held_still(tree: exp.Expression) -> set[int]:
+    """The occurrences read on the right of a LEFT JOIN: a change of them can turn rows padded with
+    NULLs into matched ones, which no added rows express (the query is recomputed when they change)."""
+    inner = {id(t) for join in tree.find_all(exp.Join) if (join.args.get("side") or "").upper() == "LEFT"
+             for t in join.this.find_all(exp.Table)}
+    return {i for i, table in enumerate(tables(tree)) if id(table) in inner}
 
 
 def call_name(node: exp.Expression) -> str:

@@ -2,7 +2,8 @@
 
 Each rule lives in its module (`linear`, `aggregate`, `topn`); this one picks it.
 
-- `Linear`: filter, project, computed columns, inner joins, LATERAL VIEW, UNION ALL of those. The
+- `Linear`: filter, project, computed columns, inner joins, LEFT JOINs whose right side holds still,
+  LATERAL VIEW, UNION ALL of those. The
   change of the result is the query over the change (a join's by the bilinear rule: for each appended
   occurrence i, the occurrences before i read their new files, i its appended ones, those after their
   old files), and it is merged by adding files.
@@ -12,8 +13,8 @@ Each rule lives in its module (`linear`, `aggregate`, `topn`); this one picks it
   aggregate's partial (AVG as a sum and a count); the change's partials are merged into it by group,
   and the result is the state's final projection with HAVING applied.
 - `DistinctCount`: COUNT(DISTINCT x) per group: the distinct (group, x) pairs, added to.
-- `TopN`: ROW_NUMBER / RANK / DENSE_RANK ≤ N per key: the ranked rows within N, re-ranked with the
-  change's rows.
+- `TopN`: ROW_NUMBER / RANK / DENSE_RANK ≤ N per key, and ORDER BY … LIMIT N over no aggregate: the
+  ranked rows within N, re-ranked with the change's rows.
 - `Recompute`: anything else, with the construct that stops it named.
 """
 
@@ -26,10 +27,10 @@ from sqlglot import exp
 from mt_magic.incremental.aggregate import Aggregate, aggregate
 from mt_magic.incremental.as_aggregate import grouped
 from mt_magic.incremental.distinct import DistinctCount
-from mt_magic.incremental.checks import LINEAR_ARGS, NotMaintainable, check_select
+from mt_magic.incremental.checks import LINEAR_ARGS, NotMaintainable, check_select, held_still
 from mt_magic.incremental.linear import Linear, linear_union
 from mt_magic.incremental.occurrences import Unparsable, identifier, parse, tables
-from mt_magic.incremental.topn import TopN, top_n
+from mt_magic.incremental.topn import TopN, global_top, top_n
 
 __all__ = ["Aggregate", "DistinctCount", "Linear", "Recompute", "Rule", "TopN", "maintenance"]
 
@@ -45,6 +46,16 @@ class Recompute:
 Rule = Linear | Aggregate | DistinctCount | TopN | Recompute
 
 
+def held_sources(rule: Rule) -> frozenset[str]:
+    """The sources read on the right of a LEFT JOIN (`held_still`): a change of one recomputes."""
+    if isinstance(rule, Linear):
+        return frozenset(occurrences[i] for branch, occurrences in zip(rule.branches, rule.occurrences, strict=True)
+                         for i in held_still(branch))
+    if isinstance(rule, Recompute):
+        return frozenset()
+    return frozenset(rule.sources[i] for i in held_still(rule.ranked if isinstance(rule, TopN) else rule.select))
+
+
 def maintenance(query: str) -> Rule:
     """The rule that maintains `query` (its table names fully qualified), or why none does."""
     try:
@@ -58,6 +69,8 @@ def maintenance(query: str) -> Rule:
             return top_n(tree)
         if tree.args.get("group") or tree.find(exp.AggFunc):
             return aggregate(tree)
+        if tree.args.get("order") and tree.args.get("limit"):
+            return top_n(global_top(tree))
         check_select(tree, LINEAR_ARGS)
         return Linear((tree,), (tuple(identifier(t) for t in tables(tree)),))
     except (Unparsable, NotMaintainable) as reason:

@@ -1,4 +1,5 @@
-"""Top-N per key: ROW_NUMBER, RANK or DENSE_RANK ≤ N, in a subquery or with QUALIFY. The state holds the
+"""Top-N per key: ROW_NUMBER, RANK or DENSE_RANK ≤ N, in a subquery or with QUALIFY (and ORDER BY … LIMIT
+over no aggregate: a top-N of one key, `global_top`). The state holds the
 ranked rows within N; the change's rows are ranked with them (inserts only: a row that left the first
 N never returns), and the result is the outer query over the state."""
 
@@ -73,6 +74,7 @@ class TopN:
 
 
 _RANKS = (exp.RowNumber, exp.Rank, exp.DenseRank)
+GLOBAL_RANK = "mt_rank"        # the rank of a global top-N (ORDER BY … LIMIT)
 _WINDOW_INPUT = "_w"
 
 
@@ -111,6 +113,41 @@ def top_n(tree: exp.Select) -> TopN:
     subquery.replace(exp.Table(this=exp.to_identifier("state"), alias=subquery.args.get("alias")))
     return TopN(ranked, over, rank, limit, outer, tuple(identifier(t) for t in tables(ranked)),
                 tuple(sql(e) for e in window.args.get("partition_by") or ()))
+
+
+def global_top(tree: exp.Select) -> exp.Select:
+    """`SELECT … ORDER BY o LIMIT n` over no aggregate as the top-N it is: ROW_NUMBER() OVER (ORDER BY o)
+    <= n, in a subquery (rows tied on o are taken in any order, as LIMIT takes them)."""
+    limit = tree.args["limit"]
+    if tree.args.get("offset") or limit.args.get("offset"):
+        raise NotMaintainable("OFFSET")
+    count = limit.expression
+    if not (isinstance(count, exp.Literal) and not count.is_string and count.name.isdigit()):
+        raise NotMaintainable("a LIMIT that is not a number")
+    outputs = [e.this if isinstance(e, exp.Alias) else e for e in tree.expressions]
+    aliases = {e.alias.lower(): e.this for e in tree.expressions if isinstance(e, exp.Alias)}
+    items = []
+    for ordered in tree.args["order"].expressions:
+        node = ordered.this
+        if isinstance(node, exp.Literal) and not node.is_string:
+            if not 1 <= int(node.name) <= len(outputs):
+                raise NotMaintainable(f"ORDER BY {node.name}")
+            node = outputs[int(node.name) - 1]
+        elif isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+            node = aliases[node.name.lower()]
+        item = ordered.copy()
+        item.set("this", node.copy())
+        items.append(item)
+    ranked = tree.copy()
+    for arg in ("order", "limit"):
+        ranked.set(arg, None)
+    if any(not _output_name(e) or e.is_star for e in tree.expressions):
+        raise NotMaintainable("an unnamed output of the ranked query")
+    window = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=items), over="OVER")
+    ranked.set("expressions", [*ranked.expressions, exp.alias_(window, GLOBAL_RANK)])
+    return exp.select(*[exp.column(exp.to_identifier(_output_name(e), quoted=True)) for e in tree.expressions]) \
+        .from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("ranked")))) \
+        .where(exp.LTE(this=exp.column(GLOBAL_RANK), expression=count.copy()))
 
 
 def _check_outer(tree: exp.Select) -> None:

@@ -17,7 +17,7 @@ from mt_magic.config import REFRESH_POLICY
 from mt_magic.incremental.below_join import below
 from mt_magic.incremental.cost import Estimate
 from mt_magic.incremental.provenance import OTHER_BRANCHES, keepable, subtracts
-from mt_magic.incremental.rules import Aggregate, Linear, Recompute, Rule, TopN
+from mt_magic.incremental.rules import Aggregate, Linear, Recompute, Rule, TopN, held_sources
 from mt_magic.refresh.changes import (Change, Relative, Snapshot, SourceChange, SourceDelta, compare, deltas,
                                       volatile)
 from mt_magic.refresh.choice import STATEFUL, Choice, Known, Reading
@@ -214,6 +214,10 @@ def choose(situation: Situation, rebuild: bool = False) -> Choice:
                 return Choice(rule, False, retraction, readings)
         if changes[source].change is SourceChange.UNKNOWN:
             return Choice(rule, False, f"no manifest of the files {source} had", readings)
+    held = [s for s in held_sources(rule) if changes[s].change is not SourceChange.UNCHANGED and
+            not (retraction is not None and retraction.way is Way.REJOINED and retraction.source == s)]
+    if held:
+        return Choice(rule, False, f"{held[0]} changed: it is read on the right of a LEFT JOIN", readings)
     if not known.state_kept:
         return Choice(rule, False, "no state kept yet" if isinstance(rule, STATEFUL) else
                       f"no provenance of its rows kept yet (by {known.keeping.source})", readings)
