@@ -162,7 +162,6 @@ def test_the_rules_classify_the_shapes():
                              ("SELECT a, SUM(b) FROM t GROUP BY a LIMIT 2", "LIMIT"),
                              ("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY a ORDER BY 2 LIMIT 2", "COUNT(DISTINCT"),
                              ("SELECT a FROM t RIGHT JOIN u ON t.a = u.a", "RIGHT JOIN"),
-                             ("SELECT a FROM t LEFT JOIN u USING (a)", "LEFT JOIN USING"),
                              ("SELECT a FROM t FULL OUTER JOIN u ON t.a = u.a", "FULL OUTER JOIN"),
                              ("SELECT COUNT(DISTINCT a), SUM(b) FROM t", "COUNT(DISTINCT …) beside other"),
                              ("SELECT a, ROW_NUMBER() OVER (ORDER BY b) FROM t", "the window function ROW_NUMBER(…)"),

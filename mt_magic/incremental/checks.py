@@ -30,9 +30,9 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
             raise NotMaintainable(CLAUSES.get(arg, arg.upper()))
     for join in tree.args.get("joins") or ():
         side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
-        if not (side in ("", "LEFT") and kind in ("", "INNER", "CROSS", "OUTER")) or side == "LEFT" and kind in \
-                ("INNER", "CROSS") or side == "LEFT" and join.args.get("using"):
-            raise NotMaintainable(f"{' '.join(w for w in (side, kind) if w)} JOIN" + (" USING" if side else ""))
+        if not (side in ("", "LEFT") and kind in ("", "INNER", "CROSS", "OUTER")) or \
+                side == "LEFT" and kind in ("INNER", "CROSS"):
+            raise NotMaintainable(f"{' '.join(w for w in (side, kind) if w)} JOIN")
     from_ = tree.args.get("from_")
     if from_ is None:
         raise NotMaintainable("a query without FROM")
