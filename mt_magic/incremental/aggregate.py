@@ -1,8 +1,9 @@
-"""GROUP BY (or a global aggregate) with COUNT, SUM, AVG, MIN, MAX and HAVING, over a table or inner
-joins, and an ORDER BY … LIMIT over it (a global top-N). A hidden state keeps, per group, each
-aggregate's partial (AVG as a sum and a count); the change's rows are merged into it by group, and the
-result is the state's final projection with HAVING applied — the top-N's rule composed over it: its
-first rows taken again from every group the state holds, so that a group leaving them is replaced."""
+"""GROUP BY (or a global aggregate, or grouping sets) with COUNT, SUM, AVG, MIN, MAX (FILTER rewritten
+by `as_aggregate`) and HAVING, over a table, joins or linear subqueries, and an ORDER BY … LIMIT over
+it (a global top-N). A hidden state keeps, per group, each aggregate's partial (AVG as a sum and a
+count); the change's rows are merged into it by group, and the result is the state's final projection
+with HAVING applied — the top-N's rule composed over it: its first rows taken again from every group
+the state holds, so that a group leaving them is replaced (grouping sets: `grouping_sets`)."""
 
 from __future__ import annotations
 
@@ -78,8 +79,9 @@ class Aggregate:
 
     def describe(self) -> str:
         by = ", ".join(self.keys) if self.keys else "the one group"
+        sets = ", each grouping set's groups merged again from them" if self.grouping else ""
         top = f", then the first {self.limit} rows taken again from every group" if self.limit else ""
-        return f"incremental (merge by {by}{top})"
+        return f"incremental (merge by {by}{sets}{top})"
 
     def state(self, names: Names, version: Version = Version.NEW) -> str:
         """The state of the whole input: partials per group."""
