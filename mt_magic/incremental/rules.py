@@ -3,13 +3,13 @@
 Each rule lives in its module (`linear`, `aggregate`, `topn`); this one picks it.
 
 - `Linear`: filter, project, computed columns, inner joins, LEFT JOINs whose right side holds still,
-  LATERAL VIEW, UNION ALL of those. The
-  change of the result is the query over the change (a join's by the bilinear rule: for each appended
-  occurrence i, the occurrences before i read their new files, i its appended ones, those after their
-  old files), and it is merged by adding files.
-- `Aggregate`: one SELECT with GROUP BY (or a global aggregate) over a table or inner joins, with
-  COUNT, SUM, AVG, MIN, MAX (FILTER too) and HAVING, and an ORDER BY … LIMIT over it; SELECT DISTINCT
-  and UNION as the GROUP BY they are (`as_aggregate`). A hidden state keeps, per group, each
+  LATERAL VIEW, UNION ALL of those, however nested in subqueries in FROM and CTEs. The change of the
+  result is the query over the change (a join's by the bilinear rule: for each appended occurrence i,
+  the occurrences before i read their new files, i its appended ones, those after their old files),
+  and it is merged by adding files.
+- `Aggregate`: one SELECT with GROUP BY (or a global aggregate, or grouping sets) over such a query,
+  with COUNT, SUM, AVG, MIN, MAX (FILTER too) and HAVING, and an ORDER BY … LIMIT over it; SELECT
+  DISTINCT and UNION as the GROUP BY they are (`as_aggregate`). A hidden state keeps, per group, each
   aggregate's partial (AVG as a sum and a count); the change's partials are merged into it by group,
   and the result is the state's final projection with HAVING applied.
 - `DistinctCount`: COUNT(DISTINCT x) per group: the distinct (group, x) pairs, added to.

@@ -1,7 +1,7 @@
-"""Top-N per key: ROW_NUMBER, RANK or DENSE_RANK ≤ N, in a subquery or with QUALIFY (and ORDER BY … LIMIT
-over no aggregate: a top-N of one key, `global_top`). The state holds the
-ranked rows within N; the change's rows are ranked with them (inserts only: a row that left the first
-N never returns), and the result is the outer query over the state."""
+"""Top-N per key: ROW_NUMBER, RANK or DENSE_RANK ≤ N, in a subquery or with QUALIFY (and ORDER BY …
+LIMIT over no aggregate, the top-N of the whole result: `global_top`). The state holds the ranked rows
+within N; the change's rows are ranked with them (inserts only: a row that left the first N never
+returns), and the result is the outer query over the state."""
 
 from __future__ import annotations
 
