@@ -16,8 +16,8 @@ from typing import ClassVar
 from sqlglot import exp
 
 from mt_magic.incremental.as_aggregate import unfiltered
-from mt_magic.incremental.checks import (AGGREGATE_ARGS, NotMaintainable, call_name, check_select, parse_expression,
-                                         quoted)
+from mt_magic.incremental.checks import (AGGREGATE_ARGS, NotMaintainable, by_outputs, call_name, check_select,
+                                         parse_expression, quoted)
 from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
 from mt_magic.incremental.distinct import DistinctCount, distinct_count
 from mt_magic.incremental.grouping_sets import finest_keys, merged_again, over_state
@@ -212,7 +212,7 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
     finals = [_over_state(e.this if isinstance(e, exp.Alias) else e, keys, final) for e in tree.expressions]
     having = tree.args.get("having")
     having_sql = _over_state(having.this, keys, final) if having is not None else None
-    order = _order_over_state(ordering, tree, finals, keys, final) if ordering is not None else None
+    order = _order_over_state(ordering, tree, keys, final) if ordering is not None else None
     presence = next((j for j, p in enumerate(partials) if p.row == _ONE), None)
     if presence is None and retractable:
         presence = len(partials)
@@ -235,27 +235,14 @@ def _top(tree: exp.Select) -> tuple[exp.Select, exp.Order | None, exp.Limit | No
     return tree, order, limit
 
 
-def _order_over_state(order: exp.Order, tree: exp.Select, finals: list[str], keys: list[exp.Expression],
+def _order_over_state(order: exp.Order, tree: exp.Select, keys: list[exp.Expression],
                       final: Callable[[exp.AggFunc], str]) -> str:
-    """The ORDER BY over the state: an output's alias (as Spark resolves it first) or position by that
-    output's final, any other expression as the outputs are rewritten."""
-    aliases = {e.alias.lower(): f for e, f in zip(tree.expressions, finals) if isinstance(e, exp.Alias)}
-    items = []
-    for ordered in order.expressions:
-        node = ordered.this
-        if isinstance(node, exp.Literal) and not node.is_string:
-            position = int(node.name)
-            if not 1 <= position <= len(finals):
-                raise NotMaintainable(f"ORDER BY {position}")
-            text = finals[position - 1]
-        elif isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
-            text = aliases[node.name.lower()]
-        else:
-            text = _over_state(node, keys, final)
-        item = ordered.copy()
-        item.set("this", parse_expression(text))
-        items.append(sql(item))
-    return ", ".join(items)
+    """The ORDER BY over the state: each item (an output it names by position or alias) rewritten as the
+    outputs are."""
+    items = by_outputs(order, tree)
+    for item in items:
+        item.set("this", parse_expression(_over_state(item.this, keys, final)))
+    return ", ".join(sql(item) for item in items)
 
 
 def _counted(argument: str) -> str:

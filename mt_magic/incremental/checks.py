@@ -88,6 +88,26 @@ def held_still(tree: exp.Expression) -> set[int]:
     return {i for i, table in enumerate(tables(tree)) if id(table) in inner}
 
 
+def by_outputs(order: exp.Order, tree: exp.Select) -> list[exp.Ordered]:
+    """ORDER BY's items with a position or an output's alias (as Spark resolves them first) replaced by
+    the output expression they name (copies)."""
+    outputs = [e.this if isinstance(e, exp.Alias) else e for e in tree.expressions]
+    aliases = {e.alias.lower(): e.this for e in tree.expressions if isinstance(e, exp.Alias)}
+    items = []
+    for ordered in order.expressions:
+        node = ordered.this
+        if isinstance(node, exp.Literal) and not node.is_string:
+            if not 1 <= int(node.name) <= len(outputs):
+                raise NotMaintainable(f"ORDER BY {node.name}")
+            node = outputs[int(node.name) - 1]
+        elif isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
+            node = aliases[node.name.lower()]
+        item = ordered.copy()
+        item.set("this", node.copy())
+        items.append(item)
+    return items
+
+
 def call_name(node: exp.Expression) -> str:
     return node.sql(dialect="spark").split("(")[0].upper() + "(…)"
 

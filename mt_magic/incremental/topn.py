@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from mt_magic.incremental.checks import CLAUSES, LINEAR_ARGS, NotMaintainable, call_name, check_select, quoted
+from mt_magic.incremental.checks import (CLAUSES, LINEAR_ARGS, NotMaintainable, by_outputs, call_name, check_select,
+                                         quoted)
 from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
 from mt_magic.incremental.linear import term_trees
 
@@ -124,20 +125,7 @@ def global_top(tree: exp.Select) -> exp.Select:
     count = limit.expression
     if not (isinstance(count, exp.Literal) and not count.is_string and count.name.isdigit()):
         raise NotMaintainable("a LIMIT that is not a number")
-    outputs = [e.this if isinstance(e, exp.Alias) else e for e in tree.expressions]
-    aliases = {e.alias.lower(): e.this for e in tree.expressions if isinstance(e, exp.Alias)}
-    items = []
-    for ordered in tree.args["order"].expressions:
-        node = ordered.this
-        if isinstance(node, exp.Literal) and not node.is_string:
-            if not 1 <= int(node.name) <= len(outputs):
-                raise NotMaintainable(f"ORDER BY {node.name}")
-            node = outputs[int(node.name) - 1]
-        elif isinstance(node, exp.Column) and not node.table and node.name.lower() in aliases:
-            node = aliases[node.name.lower()]
-        item = ordered.copy()
-        item.set("this", node.copy())
-        items.append(item)
+    items = by_outputs(tree.args["order"], tree)
     ranked = tree.copy()
     for arg in ("order", "limit"):
         ranked.set(arg, None)
