@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from pyspark.errors import PySparkException
 
 from mt_magic import Gateway, MaterializedTableError
+from mt_magic.spark.streaming import start_stream
 
 BRIDGE_TEXT = re.compile(r"py4j|grpc|JVM|An error occurred while calling|\bo\d+\.\w+|Traceback|\tat |"
                          r"java\.|_MultiThreadedRendezvous|debug_error_string|StatusCode", re.I)
@@ -100,3 +102,28 @@ def test_spark_errors_in_a_query_point_into_the_cell(gw, sales, query, line, col
     assert "in statement 2 (CREATE MATERIALIZED TABLE x" in text
     assert f": line {line}, column {column}: " in text, text
     assert text.endswith(f"\n  {shown}\n  {' ' * (column - 1)}^"), text
+
+
+class _TimingOutWriter:
+    """A stream writer whose foreachBatch worker misses Spark's fixed 10 s to connect back `misses`
+    times: that timeout comes from a loaded machine, which a test cannot produce on demand."""
+
+    def __init__(self, misses: int, message: str = "Python worker failed to connect back.") -> None:
+        self.misses, self.message, self.starts = misses, message, 0
+
+    def start(self) -> str:
+        self.starts += 1
+        if self.starts <= self.misses:
+            raise PySparkException(message=self.message)
+        return "started"
+
+
+def test_a_stream_start_survives_a_python_worker_that_was_slow_to_connect_back():
+    writer = _TimingOutWriter(misses=2)
+    assert start_stream(writer) == "started" and writer.starts == 3
+    with pytest.raises(Exception, match="failed to connect back"):
+        start_stream(_TimingOutWriter(misses=3))
+    other = _TimingOutWriter(misses=1, message="Python worker exited unexpectedly")
+    with pytest.raises(Exception, match="exited unexpectedly"):
+        start_stream(other)
+    assert other.starts == 1

@@ -30,7 +30,7 @@ from mt_magic.storage.versions import TableStorage
 from mt_magic.spark.tables import forget_listing
 from mt_magic.spark.errors import SPARK_ERRORS, error_sentence, spark_message
 from mt_magic.spark.sessions import session_conf, session_info
-from mt_magic.spark.streaming import add_listener, unsupported_reason
+from mt_magic.spark.streaming import add_listener, start_stream, unsupported_reason
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class ContinuousJobs:
                 with session_conf(self.spark, {"spark.sql.shuffle.partitions": str(shuffle_partitions),
                                                "spark.sql.streaming.noDataProgressEventInterval":
                                                    f"{int(max(trigger_s, 0.1) * 1000)}ms"}):
-                    query = writer.start()
+                    query = start_stream(writer)
             except BaseException:
                 BatchGate.discard(run_version)
                 if fresh:   # a job that never ran leaves no checkpoint behind

@@ -1,8 +1,9 @@
 """What Spark's streaming asks of us: which output modes it allows for a query (asked before any job
-starts), and how a foreachBatch function ends when it fails."""
+starts), how a job with a foreachBatch function starts, and how that function ends when it fails."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import threading
@@ -19,6 +20,25 @@ from mt_magic.spark.kind import is_connect
 _PROXY_ERROR_PREFIX = "py4j.protocol.Py4JJavaError: An error occurred while calling"
 _INTERRUPTIONS = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
                   "java.nio.channels.ClosedByInterruptException")
+
+
+# A Spark Connect server runs a client's foreachBatch function in a Python process of its own, which
+# must connect back within a time Spark fixes at 10 s (PythonWorkerFactory.createSimpleWorker); on a
+# loaded machine its imports alone can take longer. Nothing has started when that happens.
+_WORKER_TIMED_OUT = re.compile(r"Python worker failed to connect back", re.IGNORECASE)
+_START_ATTEMPTS = 3
+
+
+def start_stream(writer: Any) -> Any:
+    """`writer.start()`, tried again (three times in all) when the server's Python worker for the
+    foreachBatch function timed out connecting back; any other failure is raised at once."""
+    for _ in range(_START_ATTEMPTS - 1):
+        try:
+            return writer.start()
+        except SPARK_ERRORS as error:
+            if not _WORKER_TIMED_OUT.search(str(error)):
+                raise
+    return writer.start()
 
 
 class BatchFailure(RuntimeError):
