@@ -16,6 +16,7 @@ from helpers import wait_for
 from mt_magic import MaterializedTableError
 from mt_magic.notebook.status import table_statuses
 from mt_magic.refresh.changes import Change, compare
+from mt_magic.spark.kind import is_connect
 from mt_magic.sql.parser import parse
 
 QUERIES = {
@@ -210,6 +211,41 @@ def test_only_changed_partitions_are_recomputed(spark, gw, db):
     _scheduled(gw, "by_day")
     assert gw.history("by_day", limit=1)[0]["partitions"] == {}
     assert matches(spark, "by_day", f"SELECT label, total, ds FROM ({query})")
+
+
+def test_a_recompute_over_many_partition_folders_lists_them_without_a_job(spark, gw, db, tmp_path):
+    """Spark lists more than 32 folders of a table with a job of a task per folder as it plans a read;
+    a refresh, which asks Spark to list its sources again, has the driver list local ones: the whole
+    refresh starts the jobs of plain Spark's write of the query over sources it has listed already,
+    for a query with no rule and for a rule's full refresh alike."""
+    spark.sql("CREATE TABLE wide (id BIGINT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.range(0, 400, 1, 1).selectExpr("id", "CAST(id % 5 AS DOUBLE) AS v",
+                                         "concat('d', CAST(id % 40 AS STRING)) AS ds").write.insertInto("wide")
+    queries = {"ranked": "SELECT id, ds, RANK() OVER (PARTITION BY ds ORDER BY v, id) AS r FROM wide",
+               "summed": "SELECT ds, SUM(v) AS total FROM wide GROUP BY ds"}
+    for name, query in queries.items():
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} WITH ('refresh.policy' = 'full') "
+                   f"FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS {query}")
+    spark.range(400, 410, 1, 1).selectExpr("id", "CAST(id % 5 AS DOUBLE) AS v", "'d1' AS ds").write.insertInto("wide")
+    for name, query in queries.items():
+        _scheduled(gw, name)
+        entry = gw.history(name, limit=1)[0]
+        assert entry["technique"] == "full", entry
+        if not is_connect(spark):       # a Connect client is not told the server's jobs
+            assert entry["jobs"] == _plain_write_jobs(spark, query, tmp_path / name), (name, entry)
+        assert matches(spark, name, query)
+
+
+def _plain_write_jobs(spark, query: str, folder) -> int:
+    """The jobs of plain Spark writing the query's result, its sources already listed."""
+    spark.sql(query).count()        # lists them (and warms up) first
+    tracker, group = spark.sparkContext.statusTracker(), f"plain-{folder.name}"
+    spark.sparkContext.setJobGroup(group, "plain")
+    try:
+        spark.sql(query).write.parquet(str(folder))
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return len(tracker.getJobIdsForGroup(group))
 
 
 def test_sources_without_a_snapshot_are_recomputed_every_time(spark, gw, sources):

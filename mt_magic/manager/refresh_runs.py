@@ -204,8 +204,10 @@ class Runs:
             # Spark lists the sources' files itself as it plans: what it read is what the snapshot
             # lists only if the sources held still meanwhile; else nothing is published, and it reads again.
             try:
+                known = (read[1] if read else situation.listings).values()
                 result = run_refresh(self.ws.spark, self.ws.storage, table, decision.target, dynamic, listings,
-                                     verify=lambda: self._held_still(table, snapshot))
+                                     verify=lambda: self._held_still(table, snapshot),
+                                     files=[] if None in known else [f for listing in known for f in listing])
                 return Maintained(result), read
             except _Moved as moved:
                 if attempt == READ_ATTEMPTS:

@@ -17,7 +17,7 @@ from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.versions import TableStorage
 from mt_magic.spark.tables import refresh_listings
 from mt_magic.spark.errors import spark_call
-from mt_magic.spark.frames import counting_rows, query_frame
+from mt_magic.spark.frames import counting_rows, listed_by_driver, query_frame
 from mt_magic.spark.jobs import job_scope
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
@@ -87,14 +87,17 @@ def refresh_frame(spark: Any, table: MaterializedTable, target: Target) -> DataF
 
 def run_refresh(spark: Any, storage: TableStorage, table: MaterializedTable, target: Target,
                 dynamic_options: dict[str, str] | None = None, listings: Future | None = None,
-                verify: Callable[[], None] | None = None) -> RefreshResult:
+                verify: Callable[[], None] | None = None, files: Sequence[str] = ()) -> RefreshResult:
     """Write a new version from the current source data and publish it; the old stays on failure.
     `listings`: the sources' cached listings are being forgotten already (wait for it). `verify`,
-    after the write and before the publish, raises when what was read must not be published."""
+    after the write and before the publish, raises when what was read must not be published.
+    `files`: the sources' files as the snapshot listed them, which Spark lists again as it plans (by
+    the driver where they are local: a source of many partition folders is listed by a job else)."""
     started = time.monotonic()
     group = job_group(table)
     described = ", ".join(f"{k}={v}" for k, v in target.describe().items())
-    with job_scope(spark, group, f"refresh {table.identifier} ({described or 'table'})"):
+    with job_scope(spark, group, f"refresh {table.identifier} ({described or 'table'})"), \
+            listed_by_driver(spark, files):
         # Another session or application may have written a source: read what is there now.
         if listings is not None:
             listings.result()

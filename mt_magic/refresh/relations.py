@@ -63,8 +63,8 @@ class Relations:
         for index, source in enumerate(sources):
             if by_name and readings[source].as_listed:
                 names.tables[index] = ".".join(map(quote_identifier, source.split(".", 2)))
-        from_files = dict.fromkeys(s for i, s in enumerate(sources) if i not in names.tables)
-        self._scopes.enter_context(listed_by_driver(self.spark, (path for source in from_files
+        # Whether read as listed or by name (a source's folders listed again as Spark plans).
+        self._scopes.enter_context(listed_by_driver(self.spark, (path for source in dict.fromkeys(sources)
                                                                  for path in changes[source].files)))
         for index, source in enumerate(sources):
             change, reading = changes[source], readings[source]
