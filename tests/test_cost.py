@@ -52,3 +52,18 @@ def test_a_tie_keeps_maintaining_and_a_loss_recomputes():
 def test_sizes_read_as_a_person_reads_them():
     assert [size_text(n) for n in (0, 999, 1_000, 3_400, 120 * MB, 5_300 * MB, 2_000_000 * MB)] == \
         ["0 B", "999 B", "1.0 KB", "3.4 KB", "120.0 MB", "5.3 GB", "2.0 TB"]
+
+
+def test_a_join_bounded_by_the_appended_keys_reads_only_the_row_groups_within():
+    """Both fact tables appended (new orders and their items): read whole, each side's other table
+    makes the change dearer than recomputing; bounded by the appended keys (what `within` says the
+    read scans), it is not. An occurrence `within` knows nothing of is read whole."""
+    sources = {"orders": SourceBytes(100 * MB, MB), "items": SourceBytes(400 * MB, 4 * MB)}
+    whole = estimate([("orders", "items")], sources, MB)
+    assert whole.incremental == (MB + 400 * MB) + (101 * MB + 4 * MB) + STATE_PASSES * MB
+    assert not whole.incremental_cheaper
+    scans = {(0, 1, False): 0, (1, 0, True): MB}     # ΔO ⋈ items (old): none; orders (new) ⋈ Δitems: the new orders
+    bounded = estimate([("orders", "items")], sources, MB, lambda i, j, new: scans.get((i, j, new)))
+    assert bounded.incremental == MB + (MB + 4 * MB) + STATE_PASSES * MB and bounded.incremental_cheaper
+    unknown = estimate([("orders", "items")], sources, MB, lambda i, j, new: None)
+    assert unknown.incremental == whole.incremental

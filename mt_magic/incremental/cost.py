@@ -6,7 +6,8 @@ per byte, and the jobs of either technique are few and alike (a stateful table w
 its data both ways). So the estimate is in bytes, from what the manifest already knows:
 
 - incremental: per appended occurrence of a source (the bilinear rule), the occurrences before it read
-  whole as they are now, its appended files, the occurrences after it as they were; plus, for a table
+  whole as they are now, its appended files, the occurrences after it as they were (an occurrence its
+  appended rows meet in an inner equality: the row groups within their keys' range); plus, for a table
   that keeps a state, the old state read and merged and the new one written (`STATE_PASSES` × its size);
 - full: every occurrence read whole as it is now, plus the state written once.
 
@@ -21,7 +22,7 @@ the full refresh was (so it recomputes).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 STATE_PASSES = 2        # the old state read and shuffled into the merge, the new one written
@@ -54,17 +55,29 @@ class Estimate:
         return f"incremental ≈ {size_text(self.incremental)}, full ≈ {size_text(self.full)}"
 
 
+# A term's appended occurrence i and another occurrence j of its branch (its new files read, else its
+# old ones) → the bytes j's read scans, bounded by i's keys; None: read whole.
+Within = Callable[[int, int, bool], "int | None"]
+
+
 def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceBytes],
-             state_bytes: int | None) -> Estimate:
+             state_bytes: int | None, within: Within | None = None) -> Estimate:
     """`branches`: per UNION ALL branch (one for a plain SELECT), the source each occurrence reads;
-    `state_bytes`: the hidden state's size, None for a table that keeps none."""
-    incremental = full = 0
+    `state_bytes`: the hidden state's size, None for a table that keeps none; `within`: what a read
+    bounded by the appended rows' join keys scans (`key_bounds`)."""
+    incremental = full = start = 0
     for occurrences in branches:
         for i, source in enumerate(occurrences):
             full += sources[source].new
-            if sources[source].added:
-                incremental += sum(sources[s].new for s in occurrences[:i]) + sources[source].added + \
-                    sum(sources[s].old for s in occurrences[i + 1:])
+            if not sources[source].added:
+                continue
+            incremental += sources[source].added
+            for j, other in enumerate(occurrences):
+                if j != i:
+                    whole = sources[other].new if j < i else sources[other].old
+                    bounded = within(start + i, start + j, j < i) if within is not None else None
+                    incremental += whole if bounded is None else min(whole, bounded)
+        start += len(occurrences)
     if state_bytes is not None:
         incremental += STATE_PASSES * state_bytes
         full += state_bytes

@@ -184,7 +184,8 @@ class Runs:
             if listings is not None:
                 listings.result()
             return self.maintainer.maintain(table, decision.rule, situation.changes, decision.readings,
-                                            situation.manifest, decision.keeping, decision.retraction), None
+                                            situation.manifest, decision.keeping, decision.retraction,
+                                            decision.bounds), None
         read = None
         if decision.reads_listed and not dynamic:
             try:

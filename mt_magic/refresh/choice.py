@@ -23,11 +23,12 @@ from mt_magic.config import REFRESH_POLICY
 from mt_magic.errors import MaterializedTableError
 from mt_magic.incremental.below_join import below, kept_columns
 from mt_magic.incremental.distinct_pairs import retractable
-from mt_magic.incremental.cost import Estimate, SourceBytes, estimate, estimate_below
+from mt_magic.incremental.cost import Estimate, SourceBytes, Within, estimate, estimate_below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
 from mt_magic.incremental.provenance import FILE, Provenance, by_file, keepable
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
+from mt_magic.refresh.key_bounds import Bounds, key_bounds
 from mt_magic.refresh.provenance_state import Keeping, Retraction
 from mt_magic.spark.query_plans import analysed_operators
 from mt_magic.spark.commands import alongside, settle
@@ -90,6 +91,7 @@ class Known:
     estimate: Estimate | None = None
     keeping: Keeping | None = None          # the source partitions an aggregate's partials (a linear
     # table's rows) are kept by
+    bounds: Bounds = field(default_factory=dict)    # the appended rows' join keys, bounding the others' reads
 
 
 
@@ -240,13 +242,15 @@ class Chooser:
             return Known(rule, readings, keeping=keeping)
         kept = (not isinstance(rule, STATEFUL) or manifest.state is not None and self.files.exists(manifest.state)) \
             and _fits(rule, manifest, keeping)
-        weighs = kept and table.options.get(REFRESH_POLICY, "auto") == "auto" and \
-            all(d.change in (SourceChange.UNCHANGED, SourceChange.APPENDED) for d in changes.values()) and \
-            any(d.change is SourceChange.APPENDED for d in changes.values())
-        return Known(rule, readings, kept, self._estimate(table, rule, changes, manifest) if weighs else None, keeping)
+        appended = any(d.change is SourceChange.APPENDED for d in changes.values())
+        bounds, within = key_bounds(rule, readings, changes) if kept and appended else ({}, None)
+        weighs = kept and appended and table.options.get(REFRESH_POLICY, "auto") == "auto" and \
+            all(d.change in (SourceChange.UNCHANGED, SourceChange.APPENDED) for d in changes.values())
+        return Known(rule, readings, kept, self._estimate(table, rule, changes, manifest, within) if weighs else None,
+                     keeping, bounds)
 
     def _estimate(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
-                  manifest: Manifest) -> Estimate:
+                  manifest: Manifest, within: Within | None) -> Estimate:
         """The cost rule, over the bytes the listings and the state's files hold (a state in the
         data's files: its columns' share of them, the rest being written by either technique)."""
         branches = rule.occurrences if isinstance(rule, Linear) else (rule.occurrences,)
@@ -260,7 +264,7 @@ class Chooser:
             partials = sum(size for size, _ in self.files.listing(kept.folder).values()) \
                 if self.files.exists(kept.folder) else 0
             return estimate_below(kept.source, sources, partials, state or 0)
-        return estimate(branches, sources, state)
+        return estimate(branches, sources, state, within)
 
 
 def _keeping(table: MaterializedTable, rule: Rule, readings: dict[str, Reading | str],

@@ -21,6 +21,7 @@ from mt_magic.incremental.rules import Aggregate, Linear, Recompute, Rule, TopN,
 from mt_magic.refresh.changes import (Change, Relative, Snapshot, SourceChange, SourceDelta, compare, deltas,
                                       volatile)
 from mt_magic.refresh.choice import STATEFUL, Choice, Known, Reading
+from mt_magic.refresh.key_bounds import Bounds
 from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, changed_partitions, counted, partition_of
 from mt_magic.spark.files import Listing
 from mt_magic.storage.manifests import KeptRows, KeptState, Manifest
@@ -67,6 +68,7 @@ class RefreshDecision:
     readings: dict[str, Reading] = field(default_factory=dict)
     keeping: Keeping | None = None          # what an aggregate's partials are kept by
     retraction: Retraction | None = None    # the kept source's partitions an incremental refresh retracts
+    bounds: Bounds = field(default_factory=dict)    # the appended rows' join keys bounding the others' reads
 
     @property
     def reads_listed(self) -> bool:
@@ -111,8 +113,11 @@ def decide(situation: Situation, spec: dict[str, str], trigger: Trigger, only_ch
         if choice.retraction is not None:
             retracted = choice.retraction.source
             sources[retracted] = f"{changes[retracted].describe()}; {choice.retraction.describe()}"
+        for occurrence, bounds in situation.known.bounds.items():    # what its appended rows are joined within
+            source = choice.rule.sources[occurrence]
+            sources[source] += f"; joined within {', '.join(b.describe() for b in bounds)}"
         return RefreshDecision(Technique.INCREMENTAL, Target(), None, choice.estimate, sources, choice.rule,
-                               choice.readings, keeping, choice.retraction)
+                               choice.readings, keeping, choice.retraction, situation.known.bounds)
     if only_changed and comparison.change is Change.PARTITIONS:
         return RefreshDecision(Technique.PARTITIONS, Target(key=comparison.key, values=comparison.values),
                                choice.reason, choice.estimate, sources)

@@ -28,6 +28,7 @@ from mt_magic.incremental.rules import Aggregate, Linear, TopN
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.kept_partials import KeptPartials, Staged
+from mt_magic.refresh.key_bounds import Bounds
 from mt_magic.refresh.kept_rows import RowsByPartition, fingerprints, merged
 from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, partition_of
 from mt_magic.refresh.relations import Relations
@@ -51,8 +52,7 @@ STATE_FORMAT = "parquet"
 
 @dataclass(frozen=True)
 class Maintained:
-    """An incremental run: what readers see now (unchanged when the change added no row) and the
-    state to name in the manifest."""
+    """An incremental run: what readers see now (as before when no row was added), the state kept."""
 
     result: RefreshResult
     state: str | None = None
@@ -77,7 +77,7 @@ class Maintainer:
 
     def maintain(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
                  readings: dict[str, Reading], manifest: Manifest | None, keeping: Keeping | None = None,
-                 retraction: Retraction | None = None) -> Maintained:
+                 retraction: Retraction | None = None, bounds: Bounds | None = None) -> Maintained:
         """The refresh from the change: `changes` has every source unchanged or appended — or the kept
         source's `retraction` partitions rewritten —, and for an aggregate `manifest` names the state
         the published data was computed with (and the partials kept by `keeping`, where they are)."""
@@ -85,7 +85,7 @@ class Maintainer:
         if not appended and retraction is None:        # the published data and its state stay what they are
             return _as_published(table, manifest, RefreshResult(table.storage, 0, 0.0, job_group(table)))
         with self._scope(table, "incremental") as relations:
-            names = relations.naming(rule.sources, changes, readings)
+            names = relations.naming(rule.sources, changes, readings, bounds=bounds or {})
             if isinstance(rule, Linear):
                 if keeping is not None:
                     return self._kept_rows(table, rule, changes, relations, keeping, manifest.kept, retraction)

@@ -15,7 +15,8 @@ from mt_magic.incremental.occurrences import Version
 from mt_magic.refresh.changes import SourceDelta
 from mt_magic.refresh.choice import Reading
 from mt_magic.refresh.full import job_group
-from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, query_over
+from mt_magic.refresh.key_bounds import Bounds, KeyBound
+from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, query_over, within_ranges
 from mt_magic.spark.jobs import job_scope
 from mt_magic.sql.statements import quote_identifier
 
@@ -57,8 +58,9 @@ class Relations:
         self._scopes.__exit__(*exc)
 
     def naming(self, sources: tuple[str, ...], changes: dict[str, SourceDelta], readings: dict[str, Reading],
-               by_name: bool = False) -> Names:
-        """`by_name`: the sources Spark reads as listed are read as they are now, by their names."""
+               by_name: bool = False, bounds: Bounds | None = None) -> Names:
+        """`by_name`: the sources Spark reads as listed are read as they are now, by their names;
+        `bounds`: an appended occurrence's rows are read within its join keys' ranges (`key_bounds`)."""
         names, self.readings, self.changes = self.names, readings, changes
         for index, source in enumerate(sources):
             if by_name and readings[source].as_listed:
@@ -72,8 +74,8 @@ class Relations:
                                    (Version.DELTA, change.added)):
                 build = functools.partial(files_frame, self.spark, reading.format, reading.schema,
                                           reading.options, files, reading.partition_columns, reading.file_column)
-                self.frames[names.relation(index, version)] = \
-                    functools.partial(self._counted, build) if version is Version.DELTA else build
+                self.frames[names.relation(index, version)] = functools.partial(
+                    self._counted, build, (bounds or {}).get(index, ())) if version is Version.DELTA else build
         return names
 
     def files(self, fmt: str, schema: Any, files: list[str], partition_columns: tuple[str, ...] = ()) -> Any:
@@ -87,11 +89,12 @@ class Relations:
         return files_frame(self.spark, reading.format, reading.schema, reading.options, files,
                            reading.partition_columns, reading.file_column)
 
-    def _counted(self, build: Callable[[], Any]) -> Any:
-        """An appended files' frame that counts the rows read through it, with no job of its own."""
+    def _counted(self, build: Callable[[], Any], bounds: tuple[KeyBound, ...]) -> Any:
+        """An appended files' frame that counts the rows read through it, with no job of its own, and
+        keeps those within `bounds` (after the count: a row outside is one of a NULL key)."""
         frame, rows = counting_rows(build(), unreported=None)
         self._delta_counts.append(rows)
-        return frame
+        return within_ranges(frame, [(b.column, b.low, b.high) for b in bounds])
 
     def delta_rows(self) -> int | None:
         """The rows read of the appended files, once the queries that read them ran; None when no

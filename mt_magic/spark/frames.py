@@ -126,6 +126,14 @@ def files_frame(spark: Any, fmt: str, schema: Any, options: dict[str, str], file
     return frame.selectExpr(*map(quote_identifier, names))     # one call: a column built by name is ten
 
 
+def within_ranges(frame: Any, ranges: Sequence[tuple[str, Any, Any]]) -> Any:
+    """The rows of `frame` whose columns lie in these ranges (column, least, greatest), as literals
+    Spark infers across an equi-join and pushes into a file scan."""
+    for column, low, high in ranges:
+        frame = frame.where(F.col(quote_identifier(column)).between(F.lit(low), F.lit(high)))
+    return frame
+
+
 _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 _WRITERS_PER_TASK = "spark.sql.maxConcurrentOutputFileWriters"
 _settings_lock = threading.Lock()

@@ -1,0 +1,75 @@
+"""An incremental refresh's appended rows bound the other tables' reads by their join keys.
+
+Where an appended occurrence meets another table in an inner equality (`incremental.bounds`), its rows
+are read with a filter on their own key, from its least to its greatest value — true of each of them,
+and Spark infers it of the other table and skips its row groups outside (TPC-H's new orders, keyed past
+every old one, then read no old line item). The range comes from the appended files' footers, and the
+cost rule counts, of the other table, the row groups inside it; whole-number and date keys of Parquet
+files on a local disk (elsewhere nothing is bounded, and the other table counts whole).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import types as T
+
+from mt_magic.incremental.bounds import KeyPair, key_pairs
+from mt_magic.incremental.cost import Within
+from mt_magic.refresh.changes import SourceChange, SourceDelta
+from mt_magic.spark.footers import footer_bytes_within, footer_summary
+
+_BOUNDED_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DateType)
+
+
+@dataclass(frozen=True)
+class KeyBound:
+    """An appended occurrence's rows have `column` from `low` to `high` (or NULL)."""
+
+    column: str
+    low: Any
+    high: Any
+
+    def describe(self) -> str:
+        return f"{self.column} from {self.low} to {self.high}"
+
+
+Bounds = dict[int, tuple[KeyBound, ...]]      # an appended occurrence → its keys' ranges
+
+
+def key_bounds(rule: Any, readings: dict[str, Any], changes: dict[str, SourceDelta]) -> tuple[Bounds, Within]:
+    """The bounds of the appended occurrences' keys, and what the others' reads scan within them."""
+    def columns(i: int) -> list[str]:
+        return readings[rule.sources[i]].schema.fieldNames()
+
+    bounds: dict[int, dict[str, KeyBound]] = {}
+    used: list[tuple[KeyPair, KeyBound]] = []
+    for pair in key_pairs(rule, columns):
+        source = rule.sources[pair.occurrence]
+        bound = bounds.get(pair.occurrence, {}).get(pair.column) or _bound(readings[source], changes[source], pair.column)
+        if bound is not None:
+            bounds.setdefault(pair.occurrence, {})[pair.column] = bound
+            used.append((pair, bound))
+
+    def within(i: int, j: int, new: bool) -> int | None:
+        other = readings[rule.sources[j]]
+        delta = changes[rule.sources[j]]
+        scans = [footer_bytes_within(other.format, delta.files if new else delta.kept, pair.other_column,
+                                     bound.low, bound.high)
+                 for pair, bound in used if pair.occurrence == i and pair.other == j]
+        known = [s for s in scans if s is not None]
+        return min(known) if known else None
+
+    return {i: tuple(found.values()) for i, found in bounds.items()}, within
+
+
+def _bound(reading: Any, delta: SourceDelta, column: str) -> KeyBound | None:
+    """The range of `column` in the appended files, from their footers (of a whole-number or date key)."""
+    field = next((f for f in reading.schema.fields if f.name == column), None)
+    if delta.change is not SourceChange.APPENDED or not delta.added or field is None or \
+            not isinstance(field.dataType, _BOUNDED_TYPES) or column in reading.partition_columns:
+        return None
+    summary = footer_summary(reading.format, delta.added)
+    found = summary[1].get(column) if summary is not None else None
+    return KeyBound(column, found[0], found[1]) if found is not None else None
