@@ -10,6 +10,7 @@ installed, the caller counts with Spark.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,17 +82,29 @@ def footer_bytes_within(fmt: str, files: Sequence[str], column: str, low: Any, h
         return None
     total = 0
     try:
-        from pyarrow import parquet
         for path in files:
-            meta = parquet.read_metadata(local_path(path))
-            names = [meta.schema.column(i).path for i in range(meta.num_columns)]
-            at = names.index(column) if column in names else None
-            for group in range(meta.num_row_groups):
-                row_group = meta.row_group(group)
-                stats = row_group.column(at).statistics if at is not None else None
-                if stats is not None and stats.has_min_max and (stats.max < low or stats.min > high):
-                    continue
-                total += sum(row_group.column(i).total_compressed_size for i in range(meta.num_columns))
+            for least, greatest, size in _row_groups(path, column):
+                if least is None or not (greatest < low or least > high):
+                    total += size
     except (ImportError, OSError, ValueError, TypeError):   # as above; values that do not compare
         return None
     return total
+
+
+@functools.lru_cache(maxsize=4096)
+def _row_groups(path: str, column: str) -> tuple[tuple[Any, Any, int], ...]:
+    """Each row group's least and greatest value of `column` (None, None: not known) and its compressed
+    bytes. Kept for the process: a data file is written once under its name (a wrong range would only
+    misjudge the cost rule's estimate, never what a refresh reads)."""
+    from pyarrow import parquet
+    meta = parquet.read_metadata(local_path(path))
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    at = names.index(column) if column in names else None
+    groups = []
+    for group in range(meta.num_row_groups):
+        row_group = meta.row_group(group)
+        stats = row_group.column(at).statistics if at is not None else None
+        known = stats is not None and stats.has_min_max
+        groups.append((stats.min if known else None, stats.max if known else None,
+                       sum(row_group.column(i).total_compressed_size for i in range(meta.num_columns))))
+    return tuple(groups)
