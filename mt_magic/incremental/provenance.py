@@ -33,16 +33,26 @@ from mt_magic.incremental.topn import TopN
 SIGN = "mt_sign"             # a changed row's weight: +1 added, -1 removed
 PARTITION = "mt_partition"   # the provenance state's column naming the source partition a row came from
 # (its folders are listed: a name starting with "_" would hide them)
+PAIRED = "mt_paired"         # kept by two sources: the second's partition (folders inside PARTITION's)
 OTHER_BRANCHES = "__mt_other_branches__"   # the partition the rows of UNION ALL branches not reading it are kept as
 FILE = "mt_file"             # a materialized source's rows kept by file: the column naming a row's file
 
 
 @dataclass(frozen=True)
 class Provenance:
-    """Which source occurrence the state is kept by, and its partition column."""
+    """Which source occurrence the state is kept by, and its partition column; `paired`: a second
+    partitioned occurrence an aggregate's partials are kept by too (per pair of partitions), so that
+    both sources rewritten at once — TPC-H's RF2 deletes orders and their line items — retract by
+    partition, each source's rewritten partitions joined with the other's files now."""
 
     occurrence: int
     column: str
+    paired: Provenance | None = None
+
+    @property
+    def columns(self) -> list[str]:
+        """The state's columns naming where a row came from."""
+        return [PARTITION, PAIRED] if self.paired is not None else [PARTITION]
 
 
 def kept_state(rule: Aggregate | TopN, provenance: Provenance, reading: Callable[[int], str]) -> str:
@@ -64,7 +74,7 @@ def appended_state(rule: Aggregate | TopN, provenance: Provenance, appended: set
         return _within(rule, " UNION ALL ".join(terms))
     terms = [sql(_by_partition(rule, term, provenance, rows=True))
              for term in term_trees(rule.select, rule.occurrences, 0, appended, names)]
-    keys = [PARTITION] + rule.key_columns
+    keys = provenance.columns + rule.key_columns
     if merging is not None:
         terms.append(f"SELECT {', '.join(keys)}, {', '.join(rule.partial_columns)} FROM {merging}")
     union = " UNION ALL ".join(terms)
@@ -81,13 +91,15 @@ def merged_partitions(rule: Aggregate | TopN, kept: str) -> str:
     return f"SELECT {', '.join(keys + _merges(rule))} FROM {kept}{group}"
 
 
-def retracted(rule: Aggregate, old: str, added: str, removed: str | None) -> str:
+def retracted(rule: Aggregate, old: str, added: str | None, removed: str | None) -> str:
     """The new per-group state of a rule whose partials all subtract (no MIN or MAX: `subtracts`):
-    `old` (per group) with the partitions' partials now (`added`, per partition and group; or the
-    signed partials of rows added and removed) in and their partials before (`removed`) out."""
+    `old` (per group) with the partitions' partials now (`added`, per partition and group, None where
+    they hold no rows; or the signed partials of rows added and removed) in and their partials before
+    (`removed`) out."""
     keys, partials = rule.key_columns, rule.partial_columns
-    every = (f"SELECT {', '.join(keys + partials)} FROM {old} UNION ALL "
-             f"SELECT {', '.join(keys + partials)} FROM {added}")
+    every = f"SELECT {', '.join(keys + partials)} FROM {old}"
+    if added is not None:
+        every += f" UNION ALL SELECT {', '.join(keys + partials)} FROM {added}"
     if removed is not None:
         every += f" UNION ALL SELECT {', '.join(keys + [f'-{a} AS {a}' for a in partials])} FROM {removed}"
     columns = []
@@ -106,7 +118,7 @@ def signed_state(rule: Aggregate, provenance: Provenance, reading: Callable[[int
     weight = lifted(tree, signed, SIGN, lambda alias: exp.column(SIGN, table=alias))
     rows = _by_partition(rule, tree, provenance, rows=True)
     rows.set("expressions", [*rows.expressions, exp.alias_(weight, SIGN)])
-    keys = [PARTITION] + rule.key_columns
+    keys = provenance.columns + rule.key_columns
     sums = [f"SUM({a} * {SIGN}) AS {a}" for a in rule.partial_columns]
     return f"SELECT {', '.join(keys + sums)} FROM ({sql(rows)}) AS weighed GROUP BY {', '.join(keys)}"
 
@@ -164,10 +176,10 @@ def _tagged(tree: exp.Select, provenance: Provenance, start: int = 0) -> exp.Sel
     return tree
 
 
-def partition_expression(provenance: Provenance, tree: exp.Select) -> exp.Expression:
+def partition_expression(provenance: Provenance, tree: exp.Select, name: str = PARTITION) -> exp.Expression:
     """The provenance occurrence's partition column in `tree` (as text: a partition's folder name),
     selected up through the subqueries it is nested in (`tree` is a copy)."""
-    return lifted(tree, provenance.occurrence, PARTITION, lambda alias: exp.cast(
+    return lifted(tree, provenance.occurrence, name, lambda alias: exp.cast(
         exp.column(exp.to_identifier(provenance.column, quoted=True), table=alias), exp.DataType.build("STRING")))
 
 
@@ -191,11 +203,13 @@ def _within(rule: TopN, candidates: str) -> str:
 def _by_partition(rule: Aggregate, tree: exp.Select, provenance: Provenance, rows: bool = False) -> exp.Select:
     """Partials per source partition and group; `rows`: per input row, ungrouped."""
     state = rule.state_select(tree, rows=rows)
-    partition = partition_expression(provenance, state)
-    state.set("expressions", [exp.alias_(partition, PARTITION)] + state.expressions)
+    where = [partition_expression(provenance, state)]
+    if provenance.paired is not None:
+        where.append(partition_expression(provenance.paired, state, PAIRED))
+    state.set("expressions", [exp.alias_(e, name) for e, name in zip(where, provenance.columns)] + state.expressions)
     if not rows:
         group = state.args.get("group")
-        state.set("group", exp.Group(expressions=[partition.copy()] + (group.expressions if group else [])))
+        state.set("group", exp.Group(expressions=[e.copy() for e in where] + (group.expressions if group else [])))
     return state
 
 

@@ -317,8 +317,10 @@ def delta_read(decision: RefreshDecision, situation: Situation, maintained: Main
         return {}
     read = sum(d.added_bytes for d in situation.changes.values() if d.change is SourceChange.APPENDED)
     if decision.retraction is not None:
-        listing = situation.listings.get(decision.retraction.source) or {}
-        read += sum(listing[path][0] for path in decision.retraction.files if path in listing)
+        retraction = decision.retraction
+        for source, files in ((retraction.source, retraction.files), (retraction.paired_source, retraction.paired_files)):
+            listing = situation.listings.get(source) or {}
+            read += sum(listing[path][0] for path in files if path in listing)
     return {"delta_rows": maintained.delta_rows, "delta_bytes": read}
 
 

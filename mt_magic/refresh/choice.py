@@ -21,14 +21,15 @@ from pyspark.sql import types as T
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.config import REFRESH_POLICY
 from mt_magic.errors import MaterializedTableError
-from mt_magic.incremental.below_join import below, kept_columns
+from mt_magic.incremental.below_join import below
 from mt_magic.incremental.distinct_pairs import retractable
 from mt_magic.incremental.cost import Estimate, SourceBytes, Within, estimate, estimate_below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
-from mt_magic.incremental.provenance import FILE, Provenance, by_file, keepable
+from mt_magic.incremental.provenance import FILE
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
 from mt_magic.refresh.key_bounds import Bounds, key_bounds
+from mt_magic.refresh.keeping import fits, keeping_of, paired
 from mt_magic.refresh.provenance_state import Keeping, Retraction
 from mt_magic.spark.query_plans import analysed_operators
 from mt_magic.spark.commands import alongside, settle
@@ -39,9 +40,8 @@ from mt_magic.spark.types import type_from_json
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.sql.volatile import volatile_calls
 from mt_magic.storage.formats import data_source_options
-from mt_magic.storage.manifests import CARRIED, KeptRows, KeptState, Manifest
+from mt_magic.storage.manifests import KeptState, Manifest
 
-_PARTITION_TYPES = (T.StringType, T.IntegerType, T.LongType, T.ShortType, T.ByteType, T.DateType)
 READABLE_FORMATS = ("parquet", "orc")      # a plain source's files read alone with no options
 SCHEMA_TTL_S = 30.0
 STATEFUL = (Aggregate, DistinctCount, TopN)        # the rules that keep a state beside the data
@@ -231,17 +231,18 @@ class Chooser:
         if table.options.get(REFRESH_POLICY) == "full" or isinstance(rule, Recompute):
             return Known(rule, {})
         readings = {source: self.reading(source) for source in dict.fromkeys(rule.sources)}
-        keeping = _keeping(table, rule, readings, self.snapshots.store.get)
+        keeping = keeping_of(rule, readings, self.snapshots.store.get)
         if keeping is not None and table.partition_keys and keeping.source.lower() in self.snapshots.lineage(table).columns:
             keeping = None      # partitioned like the source, the refresh rewrites the source's changed partitions
         if keeping is not None and keeping.provenance.column == FILE:
             readings[keeping.source] = dataclasses.replace(readings[keeping.source], file_column=FILE)
         if keeping is not None and isinstance(rule, (Aggregate, DistinctCount)):
             rule = retractable(rule)
+            keeping = paired(keeping, rule, readings, self.snapshots.store.get)
         if manifest is None or any(isinstance(r, str) for r in readings.values()):
             return Known(rule, readings, keeping=keeping)
         kept = (not isinstance(rule, STATEFUL) or manifest.state is not None and self.files.exists(manifest.state)) \
-            and _fits(rule, manifest, keeping)
+            and fits(rule, manifest, keeping)
         appended = any(d.change is SourceChange.APPENDED for d in changes.values())
         bounds, within = key_bounds(rule, readings, changes) if kept and appended else ({}, None)
         weighs = kept and appended and table.options.get(REFRESH_POLICY, "auto") == "auto" and \
@@ -265,55 +266,6 @@ class Chooser:
                 if self.files.exists(kept.folder) else 0
             return estimate_below(kept.source, sources, partials, state or 0)
         return estimate(branches, sources, state, within)
-
-
-def _keeping(table: MaterializedTable, rule: Rule, readings: dict[str, Reading | str],
-             materialized: Callable[[str], Any]) -> Keeping | None:
-    """An aggregate (a COUNT(DISTINCT …), a top-N) over a partitioned plain source (read once) keeps its
-    partials per partition of the first such source, and a linear query its rows (those of UNION ALL
-    branches not reading it apart), so that a rewritten partition can be retracted. The partition's folder text is the column's value as text for string, whole-number and
-    date columns. Over no such source, an unpartitioned materialized source (whose files keep their
-    names in every version they are carried into) keeps them by its file: a retracted file's rows."""
-    if type(rule) not in (Aggregate, DistinctCount, TopN, Linear):
-        return None
-    once = {source: isinstance(readings.get(source), Reading) and rule.sources.count(source) == 1
-            for source in rule.sources}
-    for index, source in enumerate(rule.sources):
-        reading = readings.get(source)
-        if not once[source] or not reading.partition_columns or materialized(source) is not None or \
-                not keepable(rule, index):
-            continue
-        column = reading.partition_columns[0]
-        field = next((f for f in reading.schema.fields if f.name.lower() == column.lower()), None)
-        if field is not None and isinstance(field.dataType, _PARTITION_TYPES):
-            return Keeping(source, Provenance(index, field.name))
-    if not all(map(by_file, rule.branches if isinstance(rule, Linear) else
-                   [rule.ranked if isinstance(rule, TopN) else rule.select])):
-        return None
-    for index, source in enumerate(rule.sources):
-        reading = readings.get(source)
-        if once[source] and materialized(source) is not None and not reading.partition_columns and \
-                FILE not in (name.lower() for name in reading.schema.fieldNames()) and keepable(rule, index):
-            return Keeping(source, Provenance(index, FILE))
-    return None
-
-
-def _fits(rule: Rule, manifest: Manifest, keeping: Keeping | None) -> bool:
-    """The kept state has the columns the rule's state has now (a rule's state may gain columns), and
-    what is kept by source partition is kept by the partitions the table keeps it by now."""
-    if isinstance(rule, Linear):
-        return keeping is None or isinstance(manifest.kept, KeptRows) and \
-            manifest.kept.fits(keeping.source, keeping.provenance)
-    if isinstance(rule, TopN):
-        return keeping is None or isinstance(manifest.kept, KeptState) and \
-            manifest.kept.fits(keeping.source, keeping.provenance, rule.state_names)
-    if not isinstance(rule, Aggregate):
-        return True
-    columns = [c[len(CARRIED):] if c.startswith(CARRIED) else c for c in manifest.state_columns]
-    if columns != rule.state_columns:
-        return False
-    return keeping is None or isinstance(manifest.kept, KeptState) and \
-        manifest.kept.fits(keeping.source, keeping.provenance, kept_columns(rule, keeping.provenance.occurrence))
 
 
 def table_reading(table: MaterializedTable) -> Reading:

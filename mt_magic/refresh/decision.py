@@ -111,8 +111,8 @@ def decide(situation: Situation, spec: dict[str, str], trigger: Trigger, only_ch
     keeping = situation.known.keeping if choice.readings else None
     if choice.incremental:
         if choice.retraction is not None:
-            retracted = choice.retraction.source
-            sources[retracted] = f"{changes[retracted].describe()}; {choice.retraction.describe()}"
+            for retracted in filter(None, (choice.retraction.source, choice.retraction.paired_source)):
+                sources[retracted] = f"{changes[retracted].describe()}; {choice.retraction.describe()}"
         for occurrence, bounds in situation.known.bounds.items():    # what its appended rows are joined within
             source = choice.rule.sources[occurrence]
             sources[source] += f"; joined within {', '.join(b.describe() for b in bounds)}"
@@ -136,6 +136,8 @@ def retracting(situation: Situation, source: str) -> Retraction | str:
     before, now = (manifest.listings.get(source) if manifest else None), situation.listings.get(source)
     if keeping is None or before is None or now is None:
         return rewritten
+    if keeping.paired_source and source in (keeping.source, keeping.paired_source):
+        return _pair(situation, keeping)
     others = [d.change for s, d in changes.items() if s != source]
     if keeping.source != source and _rejoins(situation):
         if any(change not in (SourceChange.UNCHANGED, SourceChange.APPENDED) for change in others):
@@ -145,15 +147,48 @@ def retracting(situation: Situation, source: str) -> Retraction | str:
         return f"{rewritten} and another source changed"
     if keeping.source != source:
         return _other_branches(situation, source) or _diffed(situation, source, now)
-    partitions, files = changed_partitions(before, now, keeping.provenance.column)
+    found = _changed(situation, source, keeping.provenance.column)
+    if isinstance(found, str):
+        return found
+    return Retraction(source, tuple(sorted(found[0])), tuple(found[1]), column=keeping.provenance.column)
+
+
+def _changed(situation: Situation, source: str, column: str) -> tuple[set[str], list[str]] | str:
+    """A source's changed partitions and their files now, or why they are not retracted: files outside
+    partition folders, or — under `auto` — more than half of its bytes rewritten."""
+    before, now = situation.manifest.listings.get(source), situation.listings.get(source)
+    if before is None or now is None:
+        return f"{source} was rewritten"
+    partitions, files = changed_partitions(before, now, column)
     if partitions & {"", OTHER_BRANCHES}:       # files outside partition folders, or a partition named as ours
-        return rewritten
+        return f"{source} was rewritten"
     if situation.table.options.get(REFRESH_POLICY, "auto") == "auto":
         touched = sum(size for listing in (before, now) for path, (size, _) in listing.items()
-                      if partition_of(path, keeping.provenance.column) in partitions)
+                      if partition_of(path, column) in partitions)
         if touched > RETRACTED_SHARE * max(sum(size for size, _ in now.values()), 1):
-            return f"most of {source} was rewritten ({counted(partitions, keeping.provenance.column)})"
-    return Retraction(source, tuple(sorted(partitions)), tuple(files), column=keeping.provenance.column)
+            return f"most of {source} was rewritten ({counted(partitions, column)})"
+    return partitions, files
+
+
+def _pair(situation: Situation, keeping: Keeping) -> Retraction | str:
+    """Partials kept by two sources' partitions: each one's changed partitions (rewritten, or appended
+    to beside the other's rewrite) retracted, the other sources unchanged. Their files now are joined
+    with the other's files now: under `auto`, where both hold rows now, that reads both sources whole,
+    and recomputing costs no more."""
+    pair = (keeping.source, keeping.paired_source)
+    changed = next((s for s, d in situation.changes.items() if s not in pair and d.change is not SourceChange.UNCHANGED), None)
+    if changed is not None:
+        return f"{changed} changed beside a rewrite of {' and '.join(pair)}"
+    found = [_changed(situation, source, column) for source, column in
+             zip(pair, (keeping.provenance.column, keeping.provenance.paired.column), strict=True)]
+    if (reason := next((f for f in found if isinstance(f, str)), None)) is not None:
+        return reason
+    (partitions, files), (paired, paired_files) = found
+    if files and paired_files and situation.table.options.get(REFRESH_POLICY, "auto") == "auto":
+        return (f"{' and '.join(pair)} were both rewritten with rows now: each one's joined with the other's "
+                f"files costs as much as recomputing")
+    return Retraction(keeping.source, tuple(sorted(partitions)), tuple(files), column=keeping.provenance.column,
+                      paired_source=keeping.paired_source, paired=tuple(sorted(paired)), paired_files=tuple(paired_files))
 
 
 def _other_branches(situation: Situation, source: str) -> Retraction | None:

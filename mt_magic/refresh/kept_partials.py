@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import functions as F
@@ -48,11 +49,12 @@ class Staged:
     previous: dict[str, tuple[str, ...]]    # the small sources' files read, kept beside the partials
     published: KeptState | None = None
     dropped: frozenset[str] = frozenset()
+    dropped_paired: frozenset[str] = frozenset()    # kept by two sources: the second's partitions dropped
     kept: KeptState | None = None           # where they are, once placed
 
     def place(self, files: Files, version: str) -> None:
         """The staged partials moved into `version`, beside the published ones that still hold."""
-        folder = assemble(files, self.published, version, self.stage, set(self.dropped))
+        folder = assemble(files, self.published, version, self.stage, set(self.dropped), self.dropped_paired)
         self.kept = KeptState(self.keeping.source, self.keeping.provenance, folder, self.schema,
                               keep_previous(files, version, self.previous))
 
@@ -70,7 +72,8 @@ class KeptPartials:
             return Staged(*self.below.whole(table, rule, kept, keeping, relations), keeping, {})
         names = relations.names
         stage, schema = self.stage(table, relations, kept_state(rule, keeping.provenance,
-                                                                lambda i: names.name(i, Version.NEW)))
+                                                                lambda i: names.name(i, Version.NEW)),
+                                   keeping.provenance.columns)
         added = relations.add("kept_added", self.read(relations, stage, schema))
         return Staged(merged_partitions(rule, added), stage, schema.json(), keeping, _small(table, rule, keeping, relations))
 
@@ -91,43 +94,43 @@ class KeptPartials:
         if retraction is None:
             crowded, merging = self.crowded(relations, published, by_partition)
             stage, schema = self.stage(table, relations, appended_state(rule, keeping.provenance, appended,
-                                                                         names.name, merging))
+                                                                         names.name, merging), keeping.provenance.columns)
             added = relations.add("kept_added", self.read(relations, stage, schema))
             if not crowded:
                 columns = ", ".join(rule.state_columns)
                 both = f"(SELECT {columns} FROM {old} UNION ALL SELECT {columns} FROM {added}) AS both"
                 return Staged(merged_partitions(rule, both), stage, schema.json(), keeping, previous, published)
-            rewritten = crowded
+            rewritten, paired = crowded, frozenset[str]()
         else:
-            occurrence = keeping.provenance.occurrence
-            changed = relations.add("kept_changed", relations.source_files(rule.sources[occurrence], retraction.files))
-            reading = lambda i: changed if i == occurrence else names.name(i, Version.NEW)      # noqa: E731
-            stage, schema = self.stage(table, relations, kept_state(rule, keeping.provenance, reading))
-            rewritten = set(retraction.partitions)
-            if self.same(table, rule, relations, stage, schema.json(), published.schema,
-                         files_in(by_partition, rewritten)):
+            rewritten, paired = set(retraction.partitions), frozenset(retraction.paired)
+            terms = _retracted_terms(rule, keeping, retraction, relations)
+            stage, schema = self.stage(table, relations, " UNION ALL ".join(terms), keeping.provenance.columns) \
+                if terms else (None, _schema(published.schema))
+            if stage is not None and self.same(table, rule, relations, stage, schema.json(), published.schema,
+                                               files_in(by_partition, rewritten, paired), keeping.provenance.columns):
                 return Staged(None, stage, schema.json(), keeping, previous)
-            added = relations.add("kept_added", self.read(relations, stage, schema))
+            added = relations.add("kept_added", self.read(relations, stage, schema)) if stage is not None else None
+        gone = files_in(by_partition, rewritten, paired)
         if subtracts(rule):
-            removed = relations.add("kept_removed", self.kept_files(relations, published.schema, files_in(by_partition, rewritten)))
+            removed = relations.add("kept_removed", self.kept_files(relations, published.schema, gone))
             state_sql = retracted(rule, old, added, removed)
         else:
             others = relations.add("kept_others", self.kept_files(relations, published.schema,
-                                                              files_in(by_partition, set(by_partition) - rewritten)))
+                                                              sorted({p for f in by_partition.values() for p in f} - set(gone))))
             columns = ", ".join(rule.state_columns)
-            state_sql = merged_partitions(
-                rule, f"(SELECT {columns} FROM {others} UNION ALL SELECT {columns} FROM {added}) AS partials")
-        return Staged(state_sql, stage, schema.json(), keeping, previous, published, frozenset(rewritten))
+            union = f"SELECT {columns} FROM {others}" + (f" UNION ALL SELECT {columns} FROM {added}" if added else "")
+            state_sql = merged_partitions(rule, f"({union}) AS partials")
+        return Staged(state_sql, stage, schema.json(), keeping, previous, published, frozenset(rewritten), paired)
 
     def same(self, table: MaterializedTable, rule: Aggregate | TopN, relations: Relations, stage: str, schema: str,
-             kept_schema: str, replaced: list[str]) -> bool:
+             kept_schema: str, replaced: list[str], by: Sequence[str] = (PARTITION,)) -> bool:
         """The partials staged for the rewritten partitions are the kept ones they replace (`same_rows`:
         an aggregate's floating partials within a rounding)."""
         written = sorted(self.storage.files.listing(stage))
         floating = [f.name for f in _schema(schema).fields if isinstance(f.dataType, (T.DoubleType, T.FloatType))]
         return same_rows(FORMAT, written, replaced, lambda: (
-            self.kept_files(relations, schema, written, partition=True),
-            self.kept_files(relations, kept_schema, replaced, partition=True)), f"Refreshing {table.identifier}",
+            self.kept_files(relations, schema, written, by),
+            self.kept_files(relations, kept_schema, replaced, by)), f"Refreshing {table.identifier}",
             [c for c in floating if c in rule.partial_columns] if isinstance(rule, Aggregate) else ())
 
     def crowded(self, relations: Relations, published: KeptState,
@@ -139,7 +142,7 @@ class KeptPartials:
         if not crowded:
             return crowded, None
         return crowded, relations.add("kept_crowded", self.kept_files(
-            relations, published.schema, files_in(by_partition, crowded), partition=True))
+            relations, published.schema, files_in(by_partition, crowded), published.provenance.columns))
 
     def _diffed(self, table: MaterializedTable, rule: Aggregate, keeping: Keeping, old: str, published: KeptState,
                 retraction: Retraction, relations: Relations, previous: dict[str, tuple[str, ...]]) -> Staged:
@@ -154,34 +157,36 @@ class KeptPartials:
         changed = relations.add("kept_changed", now.exceptAll(then).withColumn(SIGN, F.lit(1)).unionByName(
             then.exceptAll(now).withColumn(SIGN, F.lit(-1))))
         reading = lambda i: changed if i == occurrence else names.name(i, Version.NEW)    # noqa: E731
-        stage, schema = self.stage(table, relations, signed_state(rule, keeping.provenance, reading, occurrence))
+        stage, schema = self.stage(table, relations, signed_state(rule, keeping.provenance, reading, occurrence),
+                                   keeping.provenance.columns)
         added = relations.add("kept_added", self.read(relations, stage, schema))
         return Staged(retracted(rule, old, added, None), stage, schema.json(), keeping, previous, published)
 
-    def stage(self, table: MaterializedTable, relations: Relations, sql: str) -> tuple[str, T.StructType]:
-        """The partials written to a new staging folder, by source partition; their schema but the
-        partition column."""
+    def stage(self, table: MaterializedTable, relations: Relations, sql: str,
+              by: Sequence[str] = (PARTITION,)) -> tuple[str, T.StructType]:
+        """The partials written to a new staging folder, by source partition (`by`: the columns naming
+        it); their schema but those columns."""
         stage = self.storage.new_version(table)
         try:
             with relations.query(sql) as frame:
                 schema = spark_call(lambda: frame.schema, f"Refreshing {table.identifier}")
-                spark_call(lambda: frame.write.format(FORMAT).partitionBy(PARTITION).mode("error").save(stage),
+                spark_call(lambda: frame.write.format(FORMAT).partitionBy(*by).mode("error").save(stage),
                            f"Refreshing {table.identifier}")
         except BaseException:
             self.storage.remove(stage)
             raise
-        return stage, T.StructType([f for f in schema.fields if f.name != PARTITION])
+        return stage, T.StructType([f for f in schema.fields if f.name not in by])
 
     def read(self, relations: Relations, stage: str, schema: T.StructType) -> Any:
         return relations.files(FORMAT, schema, sorted(self.storage.files.listing(stage)))
 
     @staticmethod
-    def kept_files(relations: Relations, kept_schema: str, paths: list[str], partition: bool = False) -> Any:
-        """Kept partials; `partition`: with the partition each came from."""
+    def kept_files(relations: Relations, kept_schema: str, paths: list[str], by: Sequence[str] = ()) -> Any:
+        """Kept partials; `by`: with the partition each came from (the columns naming it)."""
         schema = _schema(kept_schema)
-        if partition:
-            schema = T.StructType([T.StructField(PARTITION, T.StringType()), *schema.fields])
-        return relations.files(FORMAT, schema, sorted(paths), (PARTITION,) if partition else ())
+        if by:
+            schema = T.StructType([*(T.StructField(c, T.StringType()) for c in by), *schema.fields])
+        return relations.files(FORMAT, schema, sorted(paths), tuple(by))
 
     @staticmethod
     def signed_files(relations: Relations, kept_schema: str, added: list[str], removed: list[str],
@@ -192,6 +197,28 @@ class KeptPartials:
                    quote_identifier(name) for name in _schema(kept_schema).fieldNames()]
         return KeptPartials.kept_files(relations, kept_schema, added).unionByName(
             KeptPartials.kept_files(relations, kept_schema, removed).selectExpr(*negated))
+
+
+def _retracted_terms(rule: Aggregate | TopN, keeping: Keeping, retraction: Retraction, relations: Relations) -> list[str]:
+    """The partials now of the retracted partitions: the kept source's rewritten partitions' files with
+    the others as they are now; kept by two sources, also the second's rewritten partitions' files with
+    the first's other files now (the pairs of neither are kept). A side with no files now adds none
+    (a partition rewritten empty: what it held is only taken out)."""
+    names, provenance = relations.names, keeping.provenance
+    sides = [(provenance.occurrence, retraction.files, None)]
+    if provenance.paired is not None:
+        first = relations.changes[keeping.source].files
+        sides.append((provenance.paired.occurrence, retraction.paired_files,
+                      (provenance.occurrence, tuple(f for f in first if f not in set(retraction.files)))))
+    terms = []
+    for number, (occurrence, files, other) in enumerate(sides):
+        if not files or other is not None and not other[1]:
+            continue
+        read = {occurrence: relations.add(f"retracted_{number}", relations.source_files(rule.sources[occurrence], files))}
+        if other is not None:
+            read[other[0]] = relations.add(f"retracted_rest_{number}", relations.source_files(rule.sources[other[0]], other[1]))
+        terms.append(kept_state(rule, provenance, lambda i, read=read: read.get(i) or names.name(i, Version.NEW)))
+    return terms
 
 
 def _small(table: MaterializedTable, rule: Aggregate | TopN, keeping: Keeping,

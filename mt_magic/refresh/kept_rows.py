@@ -1,7 +1,7 @@
 """A linear table's rows kept by the source partition they came from, so that a rewritten partition's
 rows can be found once its old files are gone.
 
-A table of a one-branch filter, projection or join over a partitioned plain source (`choice._keeping`)
+A table of a one-branch filter, projection or join over a partitioned plain source (`keeping.keeping_of`)
 writes its rows split by the source partition each came from (`incremental.provenance.tagged_rows`):
 every data file holds one partition's rows, and the manifest names each partition's files
 (`KeptRows`). A refresh after some partitions were rewritten drops their files and writes the query

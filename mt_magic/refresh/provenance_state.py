@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from mt_magic.incremental.provenance import FILE, PARTITION, Provenance
+from mt_magic.incremental.provenance import FILE, PAIRED, PARTITION, Provenance
 from mt_magic.spark.files import Files, Listing
 from mt_magic.storage.manifests import KeptState
 from mt_magic.storage.versions import same_path
@@ -34,6 +34,8 @@ class Keeping:
 
     source: str
     provenance: Provenance
+    paired_source: str | None = None        # the second source an aggregate's partials are kept by (its
+    # partition: `provenance.paired`)
 
 
 class Way(Enum):
@@ -56,6 +58,9 @@ class Retraction:
     way: Way = Way.PARTITIONS
     kept_by: str = ""           # REJOINED: the source whose partials are kept below the joins
     column: str = ""            # PARTITIONS: the kept source's partition column (FILE: by its files)
+    paired_source: str = ""     # PARTITIONS kept by two sources: the second, its changed partitions and their files now
+    paired: tuple[str, ...] = ()
+    paired_files: tuple[str, ...] = ()
 
     def describe(self) -> str:
         if self.way is Way.DIFFED:
@@ -64,7 +69,15 @@ class Retraction:
             return "the UNION ALL branches reading it computed again, the others' rows kept"
         if self.way is Way.REJOINED:
             return f"its files now joined with the partials kept of {self.kept_by}, whose rows are not read again"
+        if self.paired_source:
+            return (f"{counted(self.partitions, self.column)} of {self.source} and {counted(self.paired, '')} of "
+                    f"{self.paired_source} retracted, each one's files now joined with the other's")
         return f"{counted(self.partitions, self.column)} of {self.source} retracted and read again"
+
+    @property
+    def files_read(self) -> tuple[str, ...]:
+        """The sources' files it reads as they are now."""
+        return self.files + self.paired_files
 
 
 def counted(partitions: tuple[str, ...] | set[str], column: str) -> str:
@@ -128,20 +141,26 @@ def state_files(files: Files, folder: str) -> dict[str, Listing]:
     return partitions(files.listing(folder), PARTITION) if files.exists(folder) else {}
 
 
-def files_in(by_partition: dict[str, Listing], partitions: set[str]) -> list[str]:
-    """The files of those partitions, of a state's files by partition."""
-    return [path for partition, listing in by_partition.items() if partition in partitions for path in listing]
+def files_in(by_partition: dict[str, Listing], partitions: set[str], paired: frozenset[str] = frozenset()) -> list[str]:
+    """The files of those partitions, of a state's files by partition (kept by two sources: and those
+    of the second's `paired` partitions in every one)."""
+    return [path for partition, listing in by_partition.items() for path in listing
+            if partition in partitions or paired and partition_of(path, PAIRED) in paired]
 
 
 def assemble(files: Files, published: KeptState | None, version: str, stage: str | None,
-             dropped: set[str]) -> str:
-    """The new version's state folder: the published one's partitions (linked) but the `dropped` ones,
-    and the files written to `stage` moved in at the same places."""
+             dropped: set[str], dropped_paired: frozenset[str] = frozenset()) -> str:
+    """The new version's state folder: the published one's partitions (linked) but the `dropped` ones
+    (and, kept by two sources, the second's `dropped_paired` in every one), and the files written to
+    `stage` moved in at the same places."""
     target = f"{version}/{PROVENANCE_FOLDER}"
     if published is not None and files.exists(published.folder):
         files.link_tree(published.folder, target)
         for partition in dropped:
             files.delete(f"{target}/{PARTITION}={partition}")
+        for folder in {path.rsplit("/", 1)[0] for path in files.listing(target) if dropped_paired and
+                       partition_of(path, PAIRED) in dropped_paired}:
+            files.delete(folder)
     else:
         files.mkdirs(target)
     if stage is not None:

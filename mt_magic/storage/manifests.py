@@ -44,7 +44,7 @@ class KeptState:
     previous: dict[str, str] = field(default_factory=dict)   # a small source → its content then (a folder)
 
     def document(self) -> dict[str, Any]:
-        return {"source": self.source, "occurrence": self.provenance.occurrence, "column": self.provenance.column,
+        return {"source": self.source, **_provenance_document(self.provenance),
                 "folder": self.folder, "schema": self.schema, "previous": self.previous}
 
     def fits(self, source: str, provenance: Provenance, columns: list[str]) -> bool:
@@ -66,7 +66,7 @@ class KeptRows:
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
 
     def document(self) -> dict[str, Any]:
-        return {"source": self.source, "occurrence": self.provenance.occurrence, "column": self.provenance.column,
+        return {"source": self.source, **_provenance_document(self.provenance),
                 "files": {partition: list(names) for partition, names in sorted(self.files.items())},
                 "fingerprints": {partition: list(found) for partition, found in sorted(self.fingerprints.items())}}
 
@@ -74,11 +74,19 @@ class KeptRows:
         return (self.source, self.provenance) == (source, provenance)
 
 
+def _provenance_document(provenance: Provenance) -> dict[str, Any]:
+    paired = provenance.paired
+    return {"occurrence": provenance.occurrence, "column": provenance.column,
+            "paired": [paired.occurrence, paired.column] if paired is not None else None}
+
+
 def read_kept(document: dict[str, Any] | None) -> KeptState | KeptRows | None:
     """The provenance a manifest records, of either kind."""
     if not document:
         return None
-    provenance = Provenance(int(document["occurrence"]), document["column"])
+    paired = document.get("paired")
+    provenance = Provenance(int(document["occurrence"]), document["column"],
+                            Provenance(int(paired[0]), paired[1]) if paired else None)
     if "files" in document:
         return KeptRows(document["source"], provenance,
                         {partition: tuple(names) for partition, names in document["files"].items()},
