@@ -9,10 +9,11 @@ every table, timed against plain Spark's INSERT OVERWRITE of the same query in t
 - RF1: new orders, 0.1 % of them (copies of existing orders under new keys, in their months), with their
   line items, appended;
 - RF2: the orders of one old month and their line items deleted (the month's partitions rewritten empty).
-Printed per query and change: the technique the refresh used (from its history), refresh ÷ plain, and for
-a recompute the reason (the construct that forced it). Each table is checked to equal its query after
-each change. Targets: at least 18 of 22 maintained incrementally after both; at least 14 of 22 at ≤ 0.25
-of the full recompute after both; all 22 exact after both.
+Printed per query and change: the technique the refresh used (from its history), refresh ÷ plain, its Spark
+jobs and the seconds of its phases (deciding, running, recording), and for a recompute the reason (the
+construct that forced it). Each table is checked to equal its query after each change. Targets: at least 18 of
+22 maintained incrementally after both; at least 14 of 22 at ≤ 0.25 of the full recompute after both; all 22
+exact after both.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def tpch(spark, gateway, equal, timed) -> dict[str, dict[int, tuple]]:
             gc.collect()
             plain = timed(lambda n=number, q=query: spark.sql(f"INSERT OVERWRITE p{n:02d} {q}"))
             found[change][number] = (took, plain, entry["technique"], entry.get("reason") or "",
-                                     equal(spark, f"q{number:02d}", query))
+                                     equal(spark, f"q{number:02d}", query), entry.get("jobs"), entry.get("phases") or {})
     return found
 
 
@@ -106,9 +107,11 @@ def report_tpch(found: dict[str, dict[int, tuple]], targets: dict) -> None:
     print(f"TPC-H at scale {SCALE:g}, orders and lineitem partitioned by month; each refresh ÷ plain Spark's "
           "INSERT OVERWRITE of the same query")
     for change, queries in found.items():
-        for number, (took, plain, technique, reason, exact) in queries.items():
+        for number, (took, plain, technique, reason, exact, jobs, phases) in queries.items():
+            spent = ", ".join(f"{p} {phases[p]:.2f}" for p in ("decide", "run", "record") if p in phases)
             print(f"{change:>40} | Q{number:<2}: {technique:>11} {took:7.3f} s ÷ plain {plain:7.3f} s = "
-                  f"{took / plain:5.2f}{'' if exact else '  NOT EQUAL TO ITS QUERY'}{f'; {reason}' if reason else ''}")
+                  f"{took / plain:5.2f} ({jobs} jobs; {spent}){'' if exact else '  NOT EQUAL TO ITS QUERY'}"
+                  f"{f'; {reason}' if reason else ''}")
     numbers = next(iter(found.values())).keys()
     incremental = [n for n in numbers if all(found[c][n][2] in ("incremental", "skip") for c in found)]
     fast = [n for n in numbers if all(found[c][n][0] <= FAST * found[c][n][1] for c in found)]
