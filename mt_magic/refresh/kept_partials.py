@@ -28,9 +28,10 @@ from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.same_rows import same_rows
 from mt_magic.refresh.kept_below import KeptBelow
 from mt_magic.refresh.provenance_state import (FILES_KEPT, Keeping, Retraction, Way, assemble, files_in,
-                                             keep_previous, state_files)
+                                             keep_previous, partition_of, state_files)
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files
+from mt_magic.spark.partition_folders import split_into_folders, splittable
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.storage.manifests import KeptState, Manifest
 from mt_magic.storage.versions import TableStorage
@@ -54,6 +55,10 @@ class Staged:
 
     def place(self, files: Files, version: str) -> None:
         """The staged partials moved into `version`, beside the published ones that still hold."""
+        if self.stage is not None:
+            unsplit = [path for path in files.listing(self.stage) if not partition_of(path, PARTITION)]
+            if unsplit:
+                split_into_folders(unsplit, self.keeping.provenance.columns)
         folder = assemble(files, self.published, version, self.stage, set(self.dropped), self.dropped_paired)
         self.kept = KeptState(self.keeping.source, self.keeping.provenance, folder, self.schema,
                               keep_previous(files, version, self.previous))
@@ -94,7 +99,7 @@ class KeptPartials:
         if retraction is None:
             crowded, merging = self.crowded(relations, published, by_partition)
             stage, schema = self.stage(table, relations, appended_state(rule, keeping.provenance, appended,
-                                                                         names.name, merging), keeping.provenance.columns)
+                                                                         names.name, merging), keeping.provenance.columns, split=True)
             added = relations.add("kept_added", self.read(relations, stage, schema))
             if not crowded:
                 columns = ", ".join(rule.state_columns)
@@ -158,20 +163,23 @@ class KeptPartials:
             then.exceptAll(now).withColumn(SIGN, F.lit(-1))))
         reading = lambda i: changed if i == occurrence else names.name(i, Version.NEW)    # noqa: E731
         stage, schema = self.stage(table, relations, signed_state(rule, keeping.provenance, reading, occurrence),
-                                   keeping.provenance.columns)
+                                   keeping.provenance.columns, split=True)
         added = relations.add("kept_added", self.read(relations, stage, schema))
         return Staged(retracted(rule, old, added, None), stage, schema.json(), keeping, previous, published)
 
     def stage(self, table: MaterializedTable, relations: Relations, sql: str,
-              by: Sequence[str] = (PARTITION,)) -> tuple[str, T.StructType]:
+              by: Sequence[str] = (PARTITION,), split: bool = False) -> tuple[str, T.StructType]:
         """The partials written to a new staging folder, by source partition (`by`: the columns naming
-        it); their schema but those columns."""
+        it); their schema but those columns. `split`: few rows of many partitions, written as they
+        come — read back as one file — and split into the partitions' folders as they are placed."""
         stage = self.storage.new_version(table)
         try:
             with relations.query(sql) as frame:
                 schema = spark_call(lambda: frame.schema, f"Refreshing {table.identifier}")
-                spark_call(lambda: frame.write.format(FORMAT).partitionBy(*by).mode("error").save(stage),
-                           f"Refreshing {table.identifier}")
+                writer = frame.write.format(FORMAT).mode("error")
+                if not (split and splittable(schema, stage)):
+                    writer = writer.partitionBy(*by)
+                spark_call(lambda: writer.save(stage), f"Refreshing {table.identifier}")
         except BaseException:
             self.storage.remove(stage)
             raise
