@@ -46,6 +46,27 @@ def test_refreshes_are_recorded_newest_first_and_survive_a_new_gateway(spark, gw
         again.close()
 
 
+def test_a_refresh_that_fails_before_it_decides_is_recorded(spark, gw, store_path):
+    """A new process (a service restarted) has never read the source's schema: with the source dropped
+    meanwhile, its first refresh fails while choosing how to refresh (in a classic session; over
+    Connect while it runs), and the history says so."""
+    spark.sql("CREATE TABLE visits (k INT, v DOUBLE) USING parquet")
+    spark.sql("INSERT INTO visits VALUES (1, 1.0), (2, 2.0)")
+    gw.execute("CREATE MATERIALIZED TABLE total FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL "
+               "AS SELECT SUM(v) AS s FROM visits")
+    gw.close()
+    spark.sql("DROP TABLE visits")
+    again = Gateway(spark, catalog_store=store_path)
+    try:
+        with pytest.raises(MaterializedTableError, match="TABLE_OR_VIEW_NOT_FOUND"):
+            again.execute("ALTER MATERIALIZED TABLE total REFRESH")
+        failed, initial = again.history("total")
+        assert (failed["outcome"], failed["trigger"]) == ("FAILED", "manual")
+        assert "TABLE_OR_VIEW_NOT_FOUND" in failed["error"] and initial["outcome"] == "SUCCEEDED"
+    finally:
+        again.close()
+
+
 def test_a_table_created_again_under_a_dropped_ones_name_has_a_history_of_its_own(spark, gw, sales):
     """The dropped table's runs (a failure among them) stay with it: the new table's history, in
     Gateway.history, mt_refresh_history and the dashboard, starts with its own initial refresh; the

@@ -101,10 +101,14 @@ class Runs:
             if current is None:
                 raise TableNotFoundError(f"Materialized table {identifier} was dropped.")
             started = _Started(now_iso(), time.monotonic(), schedule_time)
-            listings = forgetting_listings(self.ws.spark, current.source_tables) \
-                if self.snapshots.looks_up(current) else None
-            situation = self.situation(current, whole=not spec and trigger is not Trigger.BACKFILL)
-            decision = decide(situation, spec, trigger, only_changed)
+            try:        # a run that fails while deciding (a source dropped meanwhile) is recorded too
+                listings = forgetting_listings(self.ws.spark, current.source_tables) \
+                    if self.snapshots.looks_up(current) else None
+                situation = self.situation(current, whole=not spec and trigger is not Trigger.BACKFILL)
+                decision = decide(situation, spec, trigger, only_changed)
+            except BaseException as error:
+                self._failed(current, trigger, None, started, error, spec)
+                raise
             if decision.technique is Technique.SKIP:
                 return current, self._skipped(current, trigger, decision, started)
             dynamic = current.dynamic_options if trigger in (Trigger.SCHEDULED, Trigger.CATCH_UP) else {}
@@ -131,12 +135,14 @@ class Runs:
             self.record(table, trigger, outcome, decision, unchanged(self._rows_held(table)).measures())
         return outcome
 
-    def _failed(self, table: MaterializedTable, trigger: Trigger, decision: RefreshDecision, started: _Started,
-                error: BaseException) -> None:
-        """Recorded; a refresh's own error raised as the user reads it (any other is raised as it is)."""
+    def _failed(self, table: MaterializedTable, trigger: Trigger, decision: RefreshDecision | None,
+                started: _Started, error: BaseException, spec: dict[str, str] | None = None) -> None:
+        """Recorded (`decision` None: it failed deciding, on `spec`); a refresh's own error raised as the
+        user reads it (any other is raised as it is)."""
         message = error_text(error)
+        target = decision.target.describe() if decision is not None else dict(spec or {})
         outcome = RefreshOutcome(started.at, time.monotonic() - started.clock, Outcome.FAILED, None,
-                                 decision.target.describe(), started.schedule_time, message)
+                                 target, started.schedule_time, message)
         self.ws.store.update(table.identifier, lambda t: t.with_refresh(outcome))
         self.record(table, trigger, outcome, decision)
         if isinstance(error, MaterializedTableError):
@@ -244,18 +250,19 @@ class Runs:
         if changed:
             raise _Moved(", ".join(changed))
 
-    def record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome, decision: RefreshDecision,
-               measures: dict | None = None) -> None:
-        """The run in the history as it was decided; `measures`: the rows and bytes read of the
-        appended files, the Spark jobs it ran and the seconds of its phases."""
+    def record(self, table: MaterializedTable, trigger: Trigger, outcome: RefreshOutcome,
+               decision: RefreshDecision | None, measures: dict | None = None) -> None:
+        """The run in the history as it was decided (None: it failed before it was); `measures`: the
+        rows and bytes read of the appended files, the Spark jobs it ran and the seconds of its phases."""
         identifier = table.identifier
         finished = now_iso()
-        estimate = {"estimate": decision.estimate.describe()} if decision.estimate is not None else {}
+        decided = {} if decision is None else {"reason": decision.reason, "technique": decision.technique,
+                                               "sources": decision.sources}
+        estimate = {"estimate": decision.estimate.describe()} if decision and decision.estimate is not None else {}
         self.history.record(RefreshEntry(
             identifier, trigger, outcome.schedule_time, outcome.started_at, finished, outcome.outcome,
             outcome.rows, self.runner(), outcome.partition, outcome.error,
-            self._lag(identifier, outcome, finished), freshness_s(table), reason=decision.reason,
-            technique=decision.technique, sources=decision.sources, **estimate, **(measures or {}),
+            self._lag(identifier, outcome, finished), freshness_s(table), **decided, **estimate, **(measures or {}),
             created=table.created_at))
         log.info("Refresh of %s (%s%s): %s, %s rows in %.2f s%s", identifier, trigger,
                  f" {outcome.schedule_time}" if outcome.schedule_time else "", outcome.outcome,
