@@ -24,7 +24,9 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
     """Refuses what `tree` holds beyond `allowed` clauses, inner and left joins and linear relations: a
     subquery (a CTE, inlined) in FROM or JOIN is a relation when it is itself linear — project, filter,
     inner joins, UNION ALL —, for then the query stays linear in each table it reads, however nested. A
-    LEFT JOIN is linear in its left side while its right side holds still (`held_still`)."""
+    LEFT JOIN is linear in its left side while its right side holds still (`held_still`); so is a
+    WHERE in the tables it filters while the tables its subqueries read (EXISTS, IN, a scalar
+    subquery: semi- and anti-joins) hold still — each row then passes or not as it did."""
     for arg, value in tree.args.items():
         if value and arg not in allowed:
             raise NotMaintainable(CLAUSES.get(arg, arg.upper()))
@@ -40,8 +42,14 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
     for relation in relations:
         _check_relation(relation)
     nested = {id(r) for r in relations if isinstance(r, exp.Subquery)}
-    for node in tree.walk(prune=lambda n: id(n) in nested):
+    where = tree.args.get("where")
+    filtering = {id(q) for q in _subqueries(where)} if where is not None else set()
+    for node in tree.walk(prune=lambda n: id(n) in nested or id(n) in filtering):
         if id(node) in nested:
+            continue
+        if id(node) in filtering:
+            if node.find(exp.AggFunc, exp.Window) is not None:
+                raise NotMaintainable("an aggregate or window in a subquery of WHERE")
             continue
         if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.Select) and node is not tree):
             raise NotMaintainable("a subquery")
@@ -80,12 +88,25 @@ def linear_branches(body: exp.Expression, aggregated: str) -> list[exp.Select]:
     raise NotMaintainable(f"{type(body).__name__.upper()} in FROM")
 
 
-def held_still(tree: exp.Expression) -> set[int]:
-    """The occurrences read on the right of a LEFT JOIN: a change of them can turn rows padded with
-    NULLs into matched ones, which no added rows express (the query is recomputed when they change)."""
+def _subqueries(where: exp.Where) -> list[exp.Expression]:
+    """The outermost subqueries of a WHERE (EXISTS, IN, scalar)."""
+    kinds = (exp.Exists, exp.Subquery, exp.Select)
+    return [node for node in where.walk(prune=lambda n: n is not where and isinstance(n, kinds))
+            if node is not where and isinstance(node, kinds)]
+
+
+HELD_LEFT = "on the right of a LEFT JOIN"
+HELD_FILTER = "in a subquery of WHERE"
+
+
+def held_still(tree: exp.Expression) -> dict[int, str]:
+    """The occurrences whose change the query is recomputed for, and where they are read: on the right of
+    a LEFT JOIN (a change can turn rows padded with NULLs into matched ones, which no added rows
+    express), or in a subquery of WHERE (a change can let old rows pass, or stop them)."""
     inner = {id(t) for join in tree.find_all(exp.Join) if (join.args.get("side") or "").upper() == "LEFT"
              for t in join.this.find_all(exp.Table)}
-    return {i for i, table in enumerate(tables(tree)) if id(table) in inner}
+    return {i: HELD_FILTER if table.find_ancestor(exp.Where) is not None else HELD_LEFT
+            for i, table in enumerate(tables(tree)) if id(table) in inner or table.find_ancestor(exp.Where) is not None}
 
 
 def by_outputs(order: exp.Order, tree: exp.Select) -> list[exp.Ordered]:

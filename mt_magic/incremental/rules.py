@@ -46,14 +46,16 @@ class Recompute:
 Rule = Linear | Aggregate | DistinctCount | TopN | Recompute
 
 
-def held_sources(rule: Rule) -> frozenset[str]:
-    """The sources read on the right of a LEFT JOIN (`held_still`): a change of one recomputes."""
+def held_sources(rule: Rule) -> dict[str, str]:
+    """The sources read on the right of a LEFT JOIN or in a subquery of WHERE (`held_still`), and
+    where: a change of one recomputes."""
     if isinstance(rule, Linear):
-        return frozenset(occurrences[i] for branch, occurrences in zip(rule.branches, rule.occurrences, strict=True)
-                         for i in held_still(branch))
+        return {occurrences[i]: where for branch, occurrences in zip(rule.branches, rule.occurrences, strict=True)
+                for i, where in held_still(branch).items()}
     if isinstance(rule, Recompute):
-        return frozenset()
-    return frozenset(rule.sources[i] for i in held_still(rule.ranked if isinstance(rule, TopN) else rule.select))
+        return {}
+    return {rule.sources[i]: where
+            for i, where in held_still(rule.ranked if isinstance(rule, TopN) else rule.select).items()}
 
 
 def maintenance(query: str) -> Rule:

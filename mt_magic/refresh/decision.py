@@ -254,10 +254,10 @@ def choose(situation: Situation, rebuild: bool = False) -> Choice:
                 return Choice(rule, False, retraction, readings)
         if changes[source].change is SourceChange.UNKNOWN:
             return Choice(rule, False, f"no manifest of the files {source} had", readings)
-    held = [s for s in held_sources(rule) if changes[s].change is not SourceChange.UNCHANGED and
-            not (retraction is not None and retraction.way is Way.REJOINED and retraction.source == s)]
+    held = [(s, where) for s, where in held_sources(rule).items() if changes[s].change is not SourceChange.UNCHANGED
+            and not (retraction is not None and retraction.way is Way.REJOINED and retraction.source == s)]
     if held:
-        return Choice(rule, False, f"{held[0]} changed: it is read on the right of a LEFT JOIN", readings)
+        return Choice(rule, False, f"{held[0][0]} changed: it is read {held[0][1]}", readings)
     if not known.state_kept:
         return Choice(rule, False, "no state kept yet" if isinstance(rule, STATEFUL) else
                       f"no provenance of its rows kept yet (by {known.keeping.source})", readings)

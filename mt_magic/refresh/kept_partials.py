@@ -215,9 +215,9 @@ def _retracted_terms(rule: Aggregate | TopN, keeping: Keeping, retraction: Retra
     names, provenance = relations.names, keeping.provenance
     sides = [(provenance.occurrence, retraction.files, None)]
     if provenance.paired is not None:
-        first = relations.changes[keeping.source].files
+        first, retracted = relations.changes[keeping.source].files, set(retraction.files)
         sides.append((provenance.paired.occurrence, retraction.paired_files,
-                      (provenance.occurrence, tuple(f for f in first if f not in set(retraction.files)))))
+                      (provenance.occurrence, tuple(f for f in first if f not in retracted))))
     terms = []
     for number, (occurrence, files, other) in enumerate(sides):
         if not files or other is not None and not other[1]:
