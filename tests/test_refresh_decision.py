@@ -57,3 +57,43 @@ def test_what_explain_says_a_refresh_would_do_is_what_it_does(spark, gw):
 
 def _rows(frame) -> list:
     return sorted(tuple(sorted(row.asDict().items())) for row in frame.collect())
+
+
+def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spark, gw, sales):
+    """EXPLAIN of a CREATE and of a refresh, and DESCRIBE EXTENDED, list each operator with its rule and
+    state — here a semi-join under an aggregate: the filter holds while `products` holds still, and a
+    change of `products` recomputes, saying so; a query with a construct no rule maintains names it."""
+    db = f"spark_catalog.{spark.catalog.currentDatabase()}"
+    spark.sql("CREATE TABLE products (id INT, name STRING) USING parquet")
+    spark.sql("INSERT INTO products VALUES (1, 'a'), (2, NULL)")
+    query = ("SELECT ds, COUNT(*) AS n, SUM(amount) AS total FROM sales s WHERE EXISTS (SELECT 1 FROM products p "
+             "WHERE p.id = s.product_id AND p.name IS NOT NULL) GROUP BY ds HAVING COUNT(*) > 0")
+    create = f"CREATE MATERIALIZED TABLE t FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS {query}"
+    plan = dict(gw.execute(f"EXPLAIN {create}")[0].rows)["maintained plan"].splitlines()
+    assert plan[:2] == [f"scan {db}.sales: its appended files read (its change)",
+                        f"scan {db}.products: read in a subquery of WHERE, held still (a change recomputes)"]
+    assert plan[2].startswith("filter EXISTS(") and plan[2].endswith(": a semi- or anti-join, applied to the "
+                                                                     "change while its subqueries' tables hold still")
+    assert plan[3:] == ["aggregate by ds: the change's partials merged (SUM); state: 2 partials per group",
+                        "HAVING: applied to the merged groups"]
+    assert gw.store.list() == []
+    gw.execute(create)
+    spark.sql("INSERT INTO sales VALUES ('2024-01-03', 1, 2.0), ('2024-01-03', 2, 3.0)")
+    explained = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE t REFRESH")[0].rows)
+    assert explained["maintained plan"].splitlines() == plan
+    assert explained["a scheduled refresh now"] == "would refresh incremental (merge by ds)"
+    assert {r[0]: r[1] for r in gw.execute("DESCRIBE EXTENDED t")[0].rows}["Maintained Plan"].splitlines() == plan
+    gw.refresh("t", schedule_time="2030-01-01 00:00:00")
+    assert gw.history("t", limit=1)[0]["technique"] == "incremental"
+    spark.sql("INSERT INTO products VALUES (2, 'b')")
+    reason = f"{db}.products changed: it is read in a subquery of WHERE"
+    explained = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE t REFRESH")[0].rows)
+    assert explained["a scheduled refresh now"] == f"would recompute the whole table ({reason})"
+    gw.refresh("t", schedule_time="2030-01-02 00:00:00")
+    entry = gw.history("t", limit=1)[0]
+    assert (entry["technique"], entry["reason"]) == ("full", reason)
+    assert sorted(spark.table("t").collect()) == sorted(spark.sql(query).collect())
+    [other] = gw.execute("EXPLAIN CREATE MATERIALIZED TABLE u FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL "
+                         "AS SELECT ds, SUM(amount) AS s FROM sales GROUP BY ds "
+                         "HAVING SUM(amount) > (SELECT COUNT(*) FROM products)")
+    assert dict(other.rows)["maintained plan"] == "full recompute: a subquery"

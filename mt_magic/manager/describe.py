@@ -113,8 +113,9 @@ def describe_dict(table: MaterializedTable, next_refresh: datetime | None, techn
 
 
 def describe_rows(table: MaterializedTable, extended: bool, next_refresh: datetime | None,
-                  technique: str, up_to_date: datetime | None) -> list[tuple[str, str, str]]:
-    """Spark's DESCRIBE layout, with a section for what makes the table materialized."""
+                  technique: str, up_to_date: datetime | None, plan: list[str]) -> list[tuple[str, str, str]]:
+    """Spark's DESCRIBE layout, with a section for what makes the table materialized (EXTENDED: the
+    maintained `plan` too)."""
     pk = {c.lower() for c in (table.primary_key["columns"] if table.primary_key else ())}
     rows = []
     keys = {k.lower() for k in table.partition_keys}       # last, as Spark's table (and SELECT *) has them
@@ -161,6 +162,7 @@ def describe_rows(table: MaterializedTable, extended: bool, next_refresh: dateti
                  ("Source Tables", ", ".join(table.source_tables)),
                  ("Original Query", table.original_query),
                  ("Definition Query", table.definition_query),
+                 ("Maintained Plan", "\n".join(plan)),
                  ("Location", table.storage.location if not table.partition_keys else table.storage.root),
                  ("Format", table.storage.format),
                  ("Last Refresh", json.dumps(vars(last), sort_keys=True) if last else ""),

@@ -12,6 +12,8 @@ from mt_magic.catalog.model import MaterializedTable
 from mt_magic.manager.describe import change_detection, strategy_text
 from mt_magic.manager.pipelines import Pipelines
 from mt_magic.refresh.changes import SourceChange
+from mt_magic.incremental.plan import maintained_plan
+from mt_magic.refresh.choice import FULL_BY_POLICY, rule_by_syntax
 from mt_magic.refresh.decision import RefreshDecision, Situation, decide
 from mt_magic.refresh.full import refresh_frame
 from mt_magic.results import Result
@@ -33,6 +35,7 @@ def explain_refresh(pipelines: Pipelines, table: MaterializedTable, spec: dict[s
             ("refresh policy", table.options.get(cfg.REFRESH_POLICY, "auto"))]
     rows += _noted(table.definition_query)
     rows += [(f"source {source}", _source_text(situation, scheduled, source)) for source in table.source_tables]
+    rows.append(("maintained plan", "\n".join(pipelines.plan(table))))
     if scheduled.estimate is not None:
         rows.append(("cost estimate", scheduled.estimate.describe()))
     rows += [("a scheduled refresh now", f"would {scheduled.describe()}"),
@@ -43,10 +46,14 @@ def explain_refresh(pipelines: Pipelines, table: MaterializedTable, spec: dict[s
                                                f"{scheduled.describe()}.")
 
 
-def explain_create(summary: str, definition_query: str, spark: Any) -> Result:
+def explain_create(summary: str, definition_query: str, options: dict[str, str], spark: Any) -> Result:
+    """The maintained plan by the query's syntax (a scheduled refresh's; Spark judges it at the first)."""
     plan = physical_plan(spark_call(lambda: spark.sql(definition_query), "Spark"))
+    maintained = FULL_BY_POLICY if options.get(cfg.REFRESH_POLICY) == "full" else \
+        "\n".join(maintained_plan(rule_by_syntax(definition_query)))
     return Result.table(COLUMNS, [("statement", summary), ("first refresh", "the whole table"),
-                                  *_noted(definition_query), ("Spark plan", plan)], message=summary)
+                                  *_noted(definition_query), ("maintained plan", maintained), ("Spark plan", plan)],
+                        message=summary)
 
 
 def _noted(definition_query: str) -> list[tuple[str, str]]:

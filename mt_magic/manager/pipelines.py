@@ -97,6 +97,9 @@ class Pipelines:
     def technique(self, table: MaterializedTable, judged: bool = True) -> str:
         return self.runs.chooser.technique(table, judged)
 
+    def plan(self, table: MaterializedTable) -> list[str]:
+        return self.runs.chooser.plan(table)
+
     def strategy(self, table: MaterializedTable) -> MaterializedTable:
         """A CONTINUOUS table with how it keeps up (a stream, or a recompute on change)."""
         return self.streams.strategy(table)

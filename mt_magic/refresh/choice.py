@@ -25,6 +25,7 @@ from mt_magic.incremental.below_join import below
 from mt_magic.incremental.distinct_pairs import retractable
 from mt_magic.incremental.cost import Estimate, SourceBytes, Within, estimate, estimate_below
 from mt_magic.incremental.occurrences import Version
+from mt_magic.incremental.plan import maintained_plan
 from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
 from mt_magic.incremental.provenance import FILE
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
@@ -45,6 +46,7 @@ from mt_magic.storage.manifests import KeptState, Manifest
 READABLE_FORMATS = ("parquet", "orc")      # a plain source's files read alone with no options
 SCHEMA_TTL_S = 30.0
 STATEFUL = (Aggregate, DistinctCount, TopN)        # the rules that keep a state beside the data
+FULL_BY_POLICY = f"full: '{REFRESH_POLICY}' = 'full'"
 Stateful = Aggregate | DistinctCount | TopN
 _A = TypeVar("_A")
 # What Spark may make of a linear query and still add rows only as its sources do.
@@ -220,8 +222,15 @@ class Chooser:
         if table.streams:
             return "stream: Spark Structured Streaming maintains it"
         if table.options.get(REFRESH_POLICY) == "full":
-            return f"full: '{REFRESH_POLICY}' = 'full'"
+            return FULL_BY_POLICY
         return (self.rule(table) if judged else _unjudged(table)).describe()
+
+    def plan(self, table: MaterializedTable) -> list[str]:
+        """The maintained plan a refresh after appends runs: its operators, rules and state (DESCRIBE
+        EXTENDED, EXPLAIN)."""
+        if table.streams or table.options.get(REFRESH_POLICY) == "full":
+            return [self.technique(table)]
+        return maintained_plan(self.rule(table))
 
     def known(self, table: MaterializedTable, changes: dict[str, SourceDelta], manifest: Manifest | None) -> Known:
         """What choosing a technique asks Spark and the files (`decision.choose` decides with it): the
@@ -281,11 +290,11 @@ def table_reading(table: MaterializedTable) -> Reading:
 
 def _unjudged(table: MaterializedTable) -> Rule:
     """The rule by syntax alone (Spark has not yet read what it writes)."""
-    return _rule_by_syntax(table.definition_query)
+    return rule_by_syntax(table.definition_query)
 
 
 @functools.lru_cache(maxsize=256)
-def _rule_by_syntax(definition_query: str) -> Rule:
+def rule_by_syntax(definition_query: str) -> Rule:
     """Parsing a query costs milliseconds; a statement asks its rule several times (the rules are frozen)."""
     calls = volatile_calls(definition_query)
     return Recompute(f"the non-deterministic function {calls[0].upper()}") if calls else maintenance(definition_query)

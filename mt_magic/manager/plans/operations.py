@@ -120,7 +120,8 @@ class Operations(Family):
         if isinstance(inner, st.CreateMaterializedTable):
             summary = self._create(inner).summary()
             definition = self.ws.analyzer.analyze(inner.query).definition_query
-            return make_plan(f"would explain: {summary}", lambda: explain_create(summary, definition, self.ws.spark))
+            return make_plan(f"would explain: {summary}",
+                             lambda: explain_create(summary, definition, inner.options, self.ws.spark))
         raise ValidationError("EXPLAIN explains ALTER MATERIALIZED TABLE … REFRESH [PARTITION (…)] and "
                               "CREATE MATERIALIZED TABLE; run the statement with --dry-run to check others.")
 

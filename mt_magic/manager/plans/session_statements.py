@@ -72,7 +72,8 @@ class SessionStatements(Family):
         return make_plan(f"would describe {identifier}", lambda: Result.table(
             ["col_name", "data_type", "comment"],
             describe_rows(table, statement.extended, self.pipelines.next_refresh(table),
-                          self.pipelines.technique(table), self.pipelines.state(table).up_to_date_as_of())))
+                          self.pipelines.technique(table), self.pipelines.state(table).up_to_date_as_of(),
+                          self.pipelines.plan(table) if statement.extended else [])))
 
     def _set(self, statement: st.SetOption) -> Plan:
         key, value = statement.key, statement.value

@@ -1,0 +1,78 @@
+"""The maintained plan, in words: each operator of a query, the rule that maps its inputs' change to its
+output's, and the state it keeps — or the construct that makes the query a full recompute. EXPLAIN and
+DESCRIBE EXTENDED show it; it is read off the rule the refresh runs, so it says what the refresh does."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from mt_magic.incremental.aggregate import Aggregate
+from mt_magic.incremental.checks import HELD_FILTER, held_still
+from mt_magic.incremental.distinct import DistinctCount
+from mt_magic.incremental.linear import Linear
+from mt_magic.incremental.occurrences import identifier, sql, tables
+from mt_magic.incremental.rules import Recompute, Rule
+from mt_magic.incremental.topn import TopN
+
+
+def maintained_plan(rule: Rule) -> list[str]:
+    """One line per operator, the input's first and the result's last."""
+    if isinstance(rule, Recompute):
+        return [f"full recompute: {rule.reason}"]
+    if isinstance(rule, Linear):
+        lines = [line for branch in rule.branches for line in _input(branch)]
+        if len(rule.branches) > 1:
+            lines.append(f"UNION ALL of {len(rule.branches)} branches: each branch's change appended")
+        return [*lines, "result: the change appended as new files (no state)"]
+    if isinstance(rule, TopN):
+        by = ", ".join(rule.keys) or "the whole result"
+        return [*_input(rule.ranked), f"top-{rule.limit} per {by}: the change's rows ranked with the kept ones; "
+                                      f"state: the rows within {rule.limit} per key"]
+    if isinstance(rule, DistinctCount):
+        by = ", ".join(rule.keys) or "the one group"
+        return [*_input(rule.select), f"COUNT(DISTINCT …) per {by}: the change's new values added; "
+                                      "state: the distinct values per group"]
+    return [*_input(rule.select), *_aggregated(rule)]
+
+
+def _aggregated(rule: Aggregate) -> list[str]:
+    by = ", ".join(rule.keys) or "the one group"
+    merges = ", ".join(dict.fromkeys(p.merge for p in rule.partials))
+    count = len(rule.partials)
+    lines = [f"aggregate by {by}: the change's partials merged ({merges}); "
+             f"state: {count} partial{'s' if count != 1 else ''} per group"]
+    if rule.grouping:
+        kind = rule.grouping.split("(")[0].strip()
+        lines.append(f"{kind}: each grouping set's groups merged again from the state")
+    if rule.having:
+        lines.append("HAVING: applied to the merged groups")
+    if rule.limit:
+        lines.append(f"ORDER BY … LIMIT {rule.limit}: the first rows taken again from every group")
+    return lines
+
+
+def _input(select: exp.Select) -> list[str]:
+    """The scans, joins and filters of one SELECT (its subqueries in FROM read through)."""
+    held = held_still(select)
+    lines = []
+    for index, table in enumerate(tables(select)):
+        where = held.get(index)
+        lines.append(f"scan {identifier(table)}: " + (f"read {where}, held still (a change recomputes)" if where
+                                                       else "its appended files read (its change)"))
+    for scope in select.find_all(exp.Select):
+        if scope is not select and scope.find_ancestor(exp.Where) is not None:
+            continue
+        for join in scope.args.get("joins") or ():
+            name = join.this.alias_or_name
+            if (join.args.get("side") or "").upper() == "LEFT":
+                lines.append(f"LEFT JOIN {name}: linear in its left side while its right side holds still")
+            else:
+                lines.append(f"inner join {name}: each side's change joined with the other (ΔA ⋈ B′ + A ⋈ ΔB)")
+        where = scope.args.get("where")
+        if where is not None:
+            text = sql(where.this)
+            text = text if len(text) <= 80 else text[:77] + "…"
+            filtering = HELD_FILTER in held.values() and where.find(exp.Exists, exp.Select) is not None
+            lines.append(f"filter {text}: " + ("a semi- or anti-join, applied to the change while its subqueries' "
+                                               "tables hold still" if filtering else "applied to the change"))
+    return lines
