@@ -59,11 +59,14 @@ def _rows(frame) -> list:
     return sorted(tuple(sorted(row.asDict().items())) for row in frame.collect())
 
 
-def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spark, gw, sales):
+def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spark, gw):
     """EXPLAIN of a CREATE and of a refresh, and DESCRIBE EXTENDED, list each operator with its rule and
     state — here a semi-join under an aggregate: the filter holds while `products` holds still, and a
     change of `products` recomputes, saying so; a query with a construct no rule maintains names it."""
     db = f"spark_catalog.{spark.catalog.currentDatabase()}"
+    spark.sql("CREATE TABLE sales (product_id INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.sql("INSERT INTO sales VALUES (1, 10.0, '2024-01-01'), (2, 5.0, '2024-01-01'), (1, 7.0, '2024-01-02'), "
+              "(2, 1.0, '2024-01-04'), (1, 3.0, '2024-01-05'), (1, 2.0, '2024-01-06')")
     spark.sql("CREATE TABLE products (id INT, name STRING) USING parquet")
     spark.sql("INSERT INTO products VALUES (1, 'a'), (2, NULL)")
     query = ("SELECT ds, COUNT(*) AS n, SUM(amount) AS total FROM sales s WHERE EXISTS (SELECT 1 FROM products p "
@@ -78,13 +81,18 @@ def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spar
                         "HAVING: applied to the merged groups"]
     assert gw.store.list() == []
     gw.execute(create)
-    spark.sql("INSERT INTO sales VALUES ('2024-01-03', 1, 2.0), ('2024-01-03', 2, 3.0)")
+    spark.sql("INSERT INTO sales VALUES (1, 2.0, '2024-01-03'), (2, 3.0, '2024-01-03')")
     explained = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE t REFRESH")[0].rows)
     assert explained["maintained plan"].splitlines() == plan
+    assert explained["state kept"] == f"per partition (ds) of {db}.sales: a rewrite of it is retracted, not recomputed"
     assert explained["a scheduled refresh now"] == "would refresh incremental (merge by ds)"
     assert {r[0]: r[1] for r in gw.execute("DESCRIBE EXTENDED t")[0].rows}["Maintained Plan"].splitlines() == plan
     gw.refresh("t", schedule_time="2030-01-01 00:00:00")
     assert gw.history("t", limit=1)[0]["technique"] == "incremental"
+    spark.sql("INSERT OVERWRITE sales PARTITION (ds = '2024-01-01') VALUES (1, 4.0)")
+    gw.refresh("t", schedule_time="2030-01-01 12:00:00")
+    entry = gw.history("t", limit=1)[0]
+    assert entry["technique"] == "incremental" and "retracted" in entry["sources"][f"{db}.sales"], (entry["reason"], entry["sources"])
     spark.sql("INSERT INTO products VALUES (2, 'b')")
     reason = f"{db}.products changed: it is read in a subquery of WHERE"
     explained = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE t REFRESH")[0].rows)

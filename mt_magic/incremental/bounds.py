@@ -20,6 +20,7 @@ from mt_magic.incremental.aggregate import Aggregate
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import tables
+from mt_magic.incremental.rules import read_trees
 from mt_magic.incremental.topn import TopN
 
 
@@ -39,7 +40,7 @@ def key_pairs(rule: Linear | Aggregate | DistinctCount | TopN,
     """Every inner equality between columns of two tables read by the same SELECT, both ways;
     `columns(i)`: the columns of the source occurrence i reads."""
     pairs: list[KeyPair] = []
-    for tree, start in _trees(rule):
+    for tree, start in read_trees(rule):
         index = {id(table): start + k for k, table in enumerate(tables(tree))}
         for scope in tree.find_all(exp.Select):
             direct = [t for t in tables(scope) if isinstance(t.parent, (exp.From, exp.Join)) and t.parent.parent is scope]
@@ -53,12 +54,6 @@ def key_pairs(rule: Linear | Aggregate | DistinctCount | TopN,
                 if left is not None and right is not None and left[0] != right[0]:
                     pairs += [KeyPair(*left, *right), KeyPair(*right, *left)]
     return tuple(dict.fromkeys(pairs))
-
-
-def _trees(rule: Linear | Aggregate | DistinctCount | TopN) -> list[tuple[exp.Select, int]]:
-    if isinstance(rule, Linear):
-        return rule.starts()
-    return [(rule.ranked if isinstance(rule, TopN) else rule.select, 0)]
 
 
 def _inner_conjuncts(scope: exp.Select) -> Iterator[exp.Expression]:

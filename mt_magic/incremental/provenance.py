@@ -28,6 +28,7 @@ from mt_magic.incremental.aggregate import STATE_PARTIAL, Aggregate
 from mt_magic.incremental.checks import held_still
 from mt_magic.incremental.linear import Linear, term_trees
 from mt_magic.incremental.occurrences import Names, liftable, lifted, replaced, sql, tables
+from mt_magic.incremental.rules import read_trees
 from mt_magic.incremental.topn import TopN
 
 SIGN = "mt_sign"             # a changed row's weight: +1 added, -1 removed
@@ -186,13 +187,8 @@ def partition_expression(provenance: Provenance, tree: exp.Select, name: str = P
 def keepable(rule: Linear | Aggregate | TopN, occurrence: int) -> bool:
     """What the rule derives can be kept by where occurrence i's rows came from: the query that reads
     it can select its columns (`liftable`), and not on the right of a LEFT JOIN (its rows may be none)."""
-    if isinstance(rule, Linear):
-        branch, start = next((b, start) for (b, start), o in zip(rule.starts(), rule.occurrences, strict=True)
-                             if start <= occurrence < start + len(o))
-        tree, occurrence = branch, occurrence - start
-    else:
-        tree = rule.ranked if isinstance(rule, TopN) else rule.select
-    return liftable(tree, occurrence) and occurrence not in held_still(tree)
+    tree, start = next((tree, start) for tree, start in reversed(read_trees(rule)) if start <= occurrence)
+    return liftable(tree, occurrence - start) and occurrence - start not in held_still(tree)
 
 
 def _within(rule: TopN, candidates: str) -> str:

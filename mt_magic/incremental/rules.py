@@ -46,16 +46,20 @@ class Recompute:
 Rule = Linear | Aggregate | DistinctCount | TopN | Recompute
 
 
+def read_trees(rule: Linear | Aggregate | DistinctCount | TopN) -> list[tuple[exp.Select, int]]:
+    """The SELECTs through which the rule reads its sources (a UNION ALL's branches, a top-N's ranked
+    rows, else the query), each with the index of its first occurrence among the rule's."""
+    if isinstance(rule, Linear):
+        return rule.starts()
+    return [(rule.ranked if isinstance(rule, TopN) else rule.select, 0)]
+
+
 def held_sources(rule: Rule) -> dict[str, str]:
     """The sources read on the right of a LEFT JOIN or in a subquery of WHERE (`held_still`), and
     where: a change of one recomputes."""
-    if isinstance(rule, Linear):
-        return {occurrences[i]: where for branch, occurrences in zip(rule.branches, rule.occurrences, strict=True)
-                for i, where in held_still(branch).items()}
     if isinstance(rule, Recompute):
         return {}
-    return {rule.sources[i]: where
-            for i, where in held_still(rule.ranked if isinstance(rule, TopN) else rule.select).items()}
+    return {rule.sources[start + i]: where for tree, start in read_trees(rule) for i, where in held_still(tree).items()}
 
 
 def maintenance(query: str) -> Rule:

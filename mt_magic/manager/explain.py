@@ -36,6 +36,8 @@ def explain_refresh(pipelines: Pipelines, table: MaterializedTable, spec: dict[s
     rows += _noted(table.definition_query)
     rows += [(f"source {source}", _source_text(situation, scheduled, source)) for source in table.source_tables]
     rows.append(("maintained plan", "\n".join(pipelines.plan(table))))
+    if scheduled.keeping is not None:
+        rows.append(("state kept", scheduled.keeping.describe()))
     if scheduled.estimate is not None:
         rows.append(("cost estimate", scheduled.estimate.describe()))
     rows += [("a scheduled refresh now", f"would {scheduled.describe()}"),

@@ -37,6 +37,12 @@ class Keeping:
     paired_source: str | None = None        # the second source an aggregate's partials are kept by (its
     # partition: `provenance.paired`)
 
+    def describe(self) -> str:
+        """Where the state's rows are kept by, in words (EXPLAIN): what a rewrite retracts."""
+        by = "file" if self.provenance.column == FILE else f"partition ({self.provenance.column})"
+        paired = f" and per partition of {self.paired_source}" if self.paired_source else ""
+        return f"per {by} of {self.source}{paired}: a rewrite of it is retracted, not recomputed"
+
 
 class Way(Enum):
     """How a rewritten source's rows are taken out of the state."""
