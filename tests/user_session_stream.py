@@ -96,5 +96,10 @@ for round_ in range(3):
         time.sleep(0.2)
     described = gateway.describe(f"quick{round_}")
     print(f"quick{round_}", described["refresh_status"], described["consecutive_failures"], flush=True)
+# Hadoop's warning when SUSPEND interrupts a checkpoint write waiting for its `chmod` (a race, as in
+# one CI run; forced here): logged as Hadoop's Shell.joinThread logs it, with the interruption's stack.
+jvm = spark._jvm
+jvm.org.slf4j.LoggerFactory.getLogger("org.apache.hadoop.util.Shell").warn(
+    "Interrupted while joining on: Thread[chmod]", jvm.java.lang.InterruptedException())
 gateway.close()
 spark.stop()

@@ -245,7 +245,9 @@ def quiet_background_output(spark: Any) -> None:
     """Spark's console progress bar (one per application, drawing every job's stages) and the
     streaming engine's warnings go to the driver's stderr, which a notebook shows in whatever cell
     runs: where pipelines run in a notebook's own application, they are turned off (the dashboard
-    and the history say what runs). Over Connect the server's stderr is not the notebook's."""
+    and the history say what runs). So is Hadoop's warning, with its Java stack, when a stream stopped
+    by SUSPEND is interrupted while its checkpoint file's permissions are set by a `chmod` it waits
+    for (the write goes on). Over Connect the server's stderr is not the notebook's."""
     if is_connect(spark):
         return
     bar = spark.sparkContext._jsc.sc().progressBar()
@@ -256,7 +258,8 @@ def quiet_background_output(spark: Any) -> None:
             logger, spark._jvm.org.apache.logging.log4j.Level.ERROR)
 
 
-_BACKGROUND_LOGGERS = ("org.apache.spark.sql.execution.streaming", "org.apache.spark.sql.streaming")
+_BACKGROUND_LOGGERS = ("org.apache.spark.sql.execution.streaming", "org.apache.spark.sql.streaming",
+                      "org.apache.hadoop.util.Shell")
 
 
 def _free_port() -> int:
