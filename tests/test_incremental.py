@@ -73,6 +73,11 @@ SHAPES = {   # name → (query, the plain sources it reads)
              "GROUP BY ds", {"sales", "dim"}),
     "anti": ("SELECT ds, product_id, amount FROM sales s WHERE NOT EXISTS (SELECT * FROM dim d WHERE d.id = s.product_id) "
              "OR s.product_id NOT IN (SELECT CASE WHEN name = 'c' THEN NULL ELSE id END FROM dim)", {"sales", "dim"}),
+    "rightj": ("SELECT s.ds, s.amount, d.name FROM dim d RIGHT JOIN sales s ON s.product_id = d.id "
+               "ANTI JOIN dim e ON e.id = s.product_id + 1", {"sales", "dim"}),
+    "semij": ("SELECT s.ds, COUNT(*) AS n, SUM(s.amount) AS total, MAX(d.name) AS hi FROM dim d RIGHT OUTER JOIN "
+              "sales s ON s.product_id = d.id LEFT SEMI JOIN dim e ON e.id * 2.5 = s.amount OR s.amount IS NULL "
+              "GROUP BY s.ds", {"sales", "dim"}),
 }
 PARTITIONED = {"part": "ds", "chainagg": "ds"}   # chainagg: a state in partitioned data files
 # The sources whose rewrite alone a table retracts. Aggregates over `sales` (partitioned by day) keep their
@@ -86,14 +91,17 @@ RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestag
               "dist": {"sales"}, "rollup": {"sales"}, "limited": {"sales"}, "leftj": {"sales"},
               "leftagg": {"sales"}, "joinagg": {"sales"}, "lin": {"sales"}, "joined": {"sales"},
               "chain": {"lin"}, "chainagg": {"lin"}, "distinct": {"sales"}, "top": {"sales"}, "ranked": {"sales"},
-              "uni": {"sales", "dim"}, "semi": {"sales"}, "anti": {"sales"}}
+              "uni": {"sales", "dim"}, "semi": {"sales"}, "anti": {"sales"}, "rightj": {"sales"},
+              "semij": {"sales"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
 # rewrite of the dimension is joined with them again — while `sales` was appended to as well.
 REJOINED = {"joinagg", "leftagg"}
-# Read on the right of a LEFT JOIN, or in a subquery of WHERE (a semi- or anti-join): an append to it
-# recomputes, naming it and where it is read (a rewrite is one above).
+# Read on the right of a LEFT JOIN (outer, semi or anti), on the left of a RIGHT JOIN, or in a subquery of
+# WHERE (a semi- or anti-join): an append to it recomputes, naming it and where it is read (the last place
+# it is read; a rewrite is one above).
 HELD = {"leftj": ("dim", "on the right of a LEFT JOIN"), "leftagg": ("dim", "on the right of a LEFT JOIN"),
-        "semi": ("dim", "in a subquery of WHERE"), "anti": ("dim", "in a subquery of WHERE")}
+        "semi": ("dim", "in a subquery of WHERE"), "anti": ("dim", "in a subquery of WHERE"),
+        "rightj": ("dim", "on the right of a LEFT ANTI JOIN"), "semij": ("dim", "on the right of a LEFT SEMI JOIN")}
 CI = bool(os.environ.get("CI"))
 rounds = itertools.count()       # one fire time per refresh round, later each time
 
@@ -162,13 +170,12 @@ def test_the_rules_classify_the_shapes():
                      "leftj": Linear, "leftagg": Aggregate,
                      "joinagg": Aggregate, "chain": Linear, "chainagg": Aggregate, "part": Linear,
                      "distinct": DistinctCount, "top": TopN,
-                     "ranked": TopN, "semi": Aggregate, "anti": Linear}
+                     "ranked": TopN, "semi": Aggregate, "anti": Linear, "rightj": Linear, "semij": Aggregate}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 1", "OFFSET"),
                              ("SELECT * FROM t ORDER BY a LIMIT 3", "an unnamed output"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a ORDER BY 2", "ORDER BY"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a LIMIT 2", "LIMIT"),
                              ("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY a ORDER BY 2 LIMIT 2", "COUNT(DISTINCT"),
-                             ("SELECT a FROM t RIGHT JOIN u ON t.a = u.a", "RIGHT JOIN"),
                              ("SELECT a FROM t FULL OUTER JOIN u ON t.a = u.a", "FULL OUTER JOIN"),
                              ("SELECT COUNT(DISTINCT a), SUM(b) FROM t", "COUNT(DISTINCT …) beside other"),
                              ("SELECT a, ROW_NUMBER() OVER (ORDER BY b) FROM t", "the window function ROW_NUMBER(…)"),

@@ -62,7 +62,8 @@ def _rows(frame) -> list:
 def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spark, gw):
     """EXPLAIN of a CREATE and of a refresh, and DESCRIBE EXTENDED, list each operator with its rule and
     state — here a semi-join under an aggregate: the filter holds while `products` holds still, and a
-    change of `products` recomputes, saying so; a query with a construct no rule maintains names it."""
+    change of `products` recomputes, saying so; a query with a construct no rule maintains names it; a
+    RIGHT JOIN and an ANTI JOIN say which side holds still."""
     db = f"spark_catalog.{spark.catalog.currentDatabase()}"
     spark.sql("CREATE TABLE sales (product_id INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("INSERT INTO sales VALUES (1, 10.0, '2024-01-01'), (2, 5.0, '2024-01-01'), (1, 7.0, '2024-01-02'), "
@@ -105,3 +106,13 @@ def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spar
                          "AS SELECT ds, SUM(amount) AS s FROM sales GROUP BY ds "
                          "HAVING SUM(amount) > (SELECT COUNT(*) FROM products)")
     assert dict(other.rows)["maintained plan"] == "full recompute: a subquery"
+    [joined] = gw.execute("EXPLAIN CREATE MATERIALIZED TABLE v FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS "
+                          "SELECT s.ds, p.name FROM products p RIGHT JOIN sales s ON s.product_id = p.id "
+                          "ANTI JOIN products q ON q.id = s.product_id + 1")
+    assert dict(joined.rows)["maintained plan"].splitlines() == [
+        f"scan {db}.products: read on the left of a RIGHT JOIN, held still (a change recomputes)",
+        f"scan {db}.sales: its appended files read (its change)",
+        f"scan {db}.products: read on the right of a LEFT ANTI JOIN, held still (a change recomputes)",
+        "RIGHT JOIN s: linear in its right side while its left side holds still",
+        "LEFT ANTI JOIN q: linear in its left side while its right side holds still",
+        "result: the change appended as new files (no state)"]

@@ -24,17 +24,16 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
     """Refuses what `tree` holds beyond `allowed` clauses, inner and left joins and linear relations: a
     subquery (a CTE, inlined) in FROM or JOIN is a relation when it is itself linear — project, filter,
     inner joins, UNION ALL —, for then the query stays linear in each table it reads, however nested. A
-    LEFT JOIN is linear in its left side while its right side holds still (`held_still`); so is a
-    WHERE in the tables it filters while the tables its subqueries read (EXISTS, IN, a scalar
-    subquery: semi- and anti-joins) hold still — each row then passes or not as it did."""
+    LEFT JOIN (outer, semi or anti) is linear in its left side while its right side holds still
+    (`held_still`), a RIGHT JOIN in its right side while its left holds still; so is a WHERE in the
+    tables it filters while the tables its subqueries read (EXISTS, IN, a scalar subquery: semi- and
+    anti-joins) hold still — each row then passes or not as it did."""
     for arg, value in tree.args.items():
         if value and arg not in allowed:
             raise NotMaintainable(CLAUSES.get(arg, arg.upper()))
     for join in tree.args.get("joins") or ():
-        side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
-        if not (side in ("", "LEFT") and kind in ("", "INNER", "CROSS", "OUTER")) or \
-                side == "LEFT" and kind in ("INNER", "CROSS"):
-            raise NotMaintainable(f"{' '.join(w for w in (side, kind) if w)} JOIN")
+        if join_words(join) not in _JOINS:
+            raise NotMaintainable(f"{join_words(join)} JOIN")
     from_ = tree.args.get("from_")
     if from_ is None:
         raise NotMaintainable("a query without FROM")
@@ -97,16 +96,35 @@ def _subqueries(where: exp.Where) -> list[exp.Expression]:
 
 HELD_LEFT = "on the right of a LEFT JOIN"
 HELD_FILTER = "in a subquery of WHERE"
+# The joins the rules know, by Spark's words: inner ones, and those linear in one side (`held_still`).
+_JOINS = {"", "INNER", "CROSS", "LEFT", "LEFT OUTER", "LEFT SEMI", "LEFT ANTI", "SEMI", "ANTI", "RIGHT",
+          "RIGHT OUTER"}
+
+
+def join_words(join: exp.Join) -> str:
+    """A join's kind as Spark spells it ('LEFT SEMI', 'RIGHT OUTER', '' for an inner join)."""
+    return " ".join(w for w in ((join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()) if w)
 
 
 def held_still(tree: exp.Expression) -> dict[int, str]:
     """The occurrences whose change the query is recomputed for, and where they are read: on the right of
     a LEFT JOIN (a change can turn rows padded with NULLs into matched ones, which no added rows
-    express), or in a subquery of WHERE (a change can let old rows pass, or stop them)."""
-    inner = {id(t) for join in tree.find_all(exp.Join) if (join.args.get("side") or "").upper() == "LEFT"
-             for t in join.this.find_all(exp.Table)}
-    return {i: HELD_FILTER if table.find_ancestor(exp.Where) is not None else HELD_LEFT
-            for i, table in enumerate(tables(tree)) if id(table) in inner or table.find_ancestor(exp.Where) is not None}
+    express; of a semi- or anti-join, let old rows pass or stop them), on the left of a RIGHT JOIN (the
+    same, mirrored), or in a subquery of WHERE (a change can let old rows pass, or stop them)."""
+    held: dict[int, str] = {}
+    for join in tree.find_all(exp.Join):
+        words = join_words(join)
+        if words.startswith(("LEFT", "SEMI", "ANTI")):
+            where = HELD_LEFT if words in ("LEFT", "LEFT OUTER") else \
+                f"on the right of a LEFT {words.split()[-1]} JOIN"     # Spark's SEMI JOIN is a LEFT SEMI one
+            held.update({id(t): where for t in join.this.find_all(exp.Table)})
+        elif words.startswith("RIGHT"):
+            scope = join.parent
+            joins = scope.args.get("joins") or []
+            left = [scope.args["from_"].this, *(j.this for j in joins[:joins.index(join)])]
+            held.update({id(t): "on the left of a RIGHT JOIN" for side in left for t in side.find_all(exp.Table)})
+    return {i: HELD_FILTER if table.find_ancestor(exp.Where) is not None else held[id(table)]
+            for i, table in enumerate(tables(tree)) if id(table) in held or table.find_ancestor(exp.Where) is not None}
 
 
 def by_outputs(order: exp.Order, tree: exp.Select) -> list[exp.Ordered]:

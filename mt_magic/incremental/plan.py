@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import Aggregate
-from mt_magic.incremental.checks import HELD_FILTER, held_still
+from mt_magic.incremental.checks import HELD_FILTER, held_still, join_words
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import identifier, sql, tables
@@ -64,8 +64,12 @@ def _input(select: exp.Select) -> list[str]:
             continue
         for join in scope.args.get("joins") or ():
             name = join.this.alias_or_name
-            if (join.args.get("side") or "").upper() == "LEFT":
-                lines.append(f"LEFT JOIN {name}: linear in its left side while its right side holds still")
+            words = join_words(join)
+            if words.startswith(("LEFT", "SEMI", "ANTI")):
+                words = words if words.startswith("LEFT") else f"LEFT {words}"
+                lines.append(f"{words} JOIN {name}: linear in its left side while its right side holds still")
+            elif words.startswith("RIGHT"):
+                lines.append(f"{words} JOIN {name}: linear in its right side while its left side holds still")
             else:
                 lines.append(f"inner join {name}: each side's change joined with the other (ΔA ⋈ B′ + A ⋈ ΔB)")
         where = scope.args.get("where")

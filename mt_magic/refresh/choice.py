@@ -51,8 +51,7 @@ Stateful = Aggregate | DistinctCount | TopN
 _A = TypeVar("_A")
 # What Spark may make of a linear query and still add rows only as its sources do.
 _NOT_LINEAR = {"Aggregate", "Window", "WindowGroupLimit", "Distinct", "Deduplicate", "GlobalLimit", "LocalLimit",
-               "Offset", "Sort", "Sample", "Except", "Intersect", "Expand", "Join RightOuter",
-               "Join FullOuter", "Join LeftSemi", "Join LeftAnti", "Join ExistenceJoin"}
+               "Offset", "Sort", "Sample", "Except", "Intersect", "Expand", "Join FullOuter", "Join ExistenceJoin"}
 
 
 @dataclass(frozen=True)
