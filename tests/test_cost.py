@@ -3,7 +3,7 @@ read and write, from the manifest's listings and the state's size."""
 
 from __future__ import annotations
 
-from mt_magic.incremental.cost import STATE_PASSES, SourceBytes, estimate, size_text
+from mt_magic.incremental.cost import STATE_PASSES, SourceBytes, estimate, estimate_below, size_text
 
 MB = 1_000_000
 
@@ -32,7 +32,8 @@ def test_an_append_to_a_small_dimension_recomputes():
     assert found.incremental == 300 * MB + MB // 2 + STATE_PASSES * 40 * MB
     assert found.full == 300 * MB + MB + MB // 2 + 40 * MB
     assert not found.incremental_cheaper
-    assert "incremental ≈ 380.5 MB, full ≈ 341.5 MB" == found.describe()
+    assert found.describe() == "incremental ≈ 380.5 MB, full ≈ 341.5 MB; the most of it: joining dim's change " \
+                               "with fact read whole ≈ 300.0 MB"      # the join, not the state's merge (80 MB)
 
 
 def test_union_all_branches_do_not_join_each_other():
@@ -47,6 +48,8 @@ def test_a_tie_keeps_maintaining_and_a_loss_recomputes():
     assert tie.incremental == 21 * MB and tie.full == 21 * MB and tie.incremental_cheaper
     loss = estimate([("t",)], {"t": SourceBytes(10 * MB, MB)}, state_bytes=30 * MB)
     assert loss.incremental > loss.full and not loss.incremental_cheaper
+    assert loss.describe().endswith("; the most of it: merging the state (the old one read, the new one "
+                                    "written) ≈ 60.0 MB")
 
 
 def test_sizes_read_as_a_person_reads_them():
@@ -62,8 +65,22 @@ def test_a_join_bounded_by_the_appended_keys_reads_only_the_row_groups_within():
     whole = estimate([("orders", "items")], sources, MB)
     assert whole.incremental == (MB + 400 * MB) + (101 * MB + 4 * MB) + STATE_PASSES * MB
     assert not whole.incremental_cheaper
+    assert whole.describe().endswith("; the most of it: joining orders's change with items read whole ≈ 400.0 MB")
     scans = {(0, 1, False): 0, (1, 0, True): MB}     # ΔO ⋈ items (old): none; orders (new) ⋈ Δitems: the new orders
     bounded = estimate([("orders", "items")], sources, MB, lambda i, j, new: scans.get((i, j, new)))
     assert bounded.incremental == MB + (MB + 4 * MB) + STATE_PASSES * MB and bounded.incremental_cheaper
+    assert bounded.describe() == "incremental ≈ 8.0 MB, full ≈ 506.0 MB"    # cheaper: no part named
     unknown = estimate([("orders", "items")], sources, MB, lambda i, j, new: None)
     assert unknown.incremental == whole.incremental
+
+
+def test_partials_kept_below_a_join_are_joined_with_a_dimensions_change_instead_of_the_fact_table():
+    """A dimension appended to: every kept partial of the fact table is joined with it, its rows are not
+    read; where the partials outweigh the fact table (as many as its rows), that join is named."""
+    sources = {"fact": SourceBytes(300 * MB, 0), "dim": SourceBytes(MB, MB)}
+    found = estimate_below("fact", sources, partials_bytes=50 * MB, state_bytes=MB)
+    assert (found.incremental, found.full) == (2 * MB + 50 * MB + STATE_PASSES * MB, 303 * MB)
+    assert found.incremental_cheaper
+    heavy = estimate_below("fact", sources, partials_bytes=400 * MB, state_bytes=MB)
+    assert not heavy.incremental_cheaper and heavy.describe().endswith(
+        "; the most of it: joining every kept partial of fact with the other sources' change ≈ 400.0 MB")

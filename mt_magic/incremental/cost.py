@@ -11,6 +11,11 @@ its data both ways). So the estimate is in bytes, from what the manifest already
   that keeps a state, the old state read and merged and the new one written (`STATE_PASSES` × its size);
 - full: every occurrence read whole as it is now, plus the state written once.
 
+The incremental bytes are kept per operator's work — a source's appended files read, a join of one
+change with another occurrence (read whole or within the change's keys), the state merged, the kept
+partials joined with a dimension's change —, so that where maintaining is the dearer choice, the
+estimate names the work that weighs the most.
+
 Where only a small source is appended to (a dimension joined to a large fact table), the change must
 still be joined with the whole fact table, and the state merged on top: recomputing is cheaper, and
 `auto` recomputes — unless the fact table's partials are kept below the join (`below_join`), which
@@ -42,17 +47,32 @@ class SourceBytes:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Bytes each technique is expected to read and write."""
+    """Bytes each technique is expected to read and write; `parts`: the incremental bytes per operator's
+    work (what its rule reads of its inputs and its state), named."""
 
     incremental: int
     full: int
+    parts: tuple[tuple[str, int], ...] = ()
 
     @property
     def incremental_cheaper(self) -> bool:
         return self.incremental <= self.full        # a tie maintains: it costs what changed
 
     def describe(self) -> str:
-        return f"incremental ≈ {size_text(self.incremental)}, full ≈ {size_text(self.full)}"
+        """Both figures; where maintaining is the dearer, the operator's work that weighs the most."""
+        text = f"incremental ≈ {size_text(self.incremental)}, full ≈ {size_text(self.full)}"
+        if self.incremental_cheaper or not self.parts:
+            return text
+        name, count = max(self.parts, key=lambda part: part[1])
+        return f"{text}; the most of it: {name} ≈ {size_text(count)}"
+
+
+class _Parts(dict[str, int]):
+    """Bytes by the work they are read or written for (one name, one sum)."""
+
+    def add(self, name: str, count: int) -> int:
+        self[name] = self.get(name, 0) + count
+        return count
 
 
 # A term's appended occurrence i and another occurrence j of its branch (its new files read, else its
@@ -65,34 +85,45 @@ def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceByte
     """`branches`: per UNION ALL branch (one for a plain SELECT), the source each occurrence reads;
     `state_bytes`: the hidden state's size, None for a table that keeps none; `within`: what a read
     bounded by the appended rows' join keys scans (`key_bounds`)."""
+    parts = _Parts()
     incremental = full = start = 0
     for occurrences in branches:
         for i, source in enumerate(occurrences):
             full += sources[source].new
             if not sources[source].added:
                 continue
-            incremental += sources[source].added
+            incremental += parts.add(f"reading {source}'s appended files", sources[source].added)
             for j, other in enumerate(occurrences):
                 if j != i:
                     whole = sources[other].new if j < i else sources[other].old
                     bounded = within(start + i, start + j, j < i) if within is not None else None
-                    incremental += whole if bounded is None else min(whole, bounded)
+                    incremental += parts.add(f"joining {source}'s change with {other} read whole", whole) \
+                        if bounded is None else \
+                        parts.add(f"joining {source}'s change with {other}'s row groups within its keys",
+                                  min(whole, bounded))
         start += len(occurrences)
     if state_bytes is not None:
-        incremental += STATE_PASSES * state_bytes
+        incremental += parts.add(_MERGING, STATE_PASSES * state_bytes)
         full += state_bytes
-    return Estimate(incremental, full)
+    return Estimate(incremental, full, tuple(parts.items()))
 
 
 def estimate_below(kept: str, sources: Mapping[str, SourceBytes], partials_bytes: int, state_bytes: int) -> Estimate:
     """A table whose partials are kept below its joins (`below_join`): the kept source's appended rows
     are read alone, their partials joined with the other sources; an append to another source joins
     every kept partial with them instead of reading the kept source whole."""
-    others = [b for s, b in sources.items() if s != kept]
-    incremental = sources[kept].added + sum(b.new for b in others) + STATE_PASSES * state_bytes
-    if any(b.added for b in others):
-        incremental += partials_bytes
-    return Estimate(incremental, sum(b.new for b in sources.values()) + state_bytes)
+    parts = _Parts()
+    parts.add(f"reading {kept}'s appended files", sources[kept].added)
+    for source, read in sources.items():
+        if source != kept:
+            parts.add(f"joining the kept partials with {source} read whole", read.new)
+    if any(b.added for s, b in sources.items() if s != kept):
+        parts.add(f"joining every kept partial of {kept} with the other sources' change", partials_bytes)
+    parts.add(_MERGING, STATE_PASSES * state_bytes)
+    return Estimate(sum(parts.values()), sum(b.new for b in sources.values()) + state_bytes, tuple(parts.items()))
+
+
+_MERGING = "merging the state (the old one read, the new one written)"
 
 
 def size_text(count: int) -> str:
