@@ -28,7 +28,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
-from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, TopN, maintenance
+from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, TopN, held_sources, maintenance
 from mt_magic.spark.kind import is_connect
 from mt_magic.refresh.kept_rows import merged
 from mt_magic.storage.compaction import SMALL_FILES_KEPT
@@ -69,15 +69,19 @@ SHAPES = {   # name → (query, the plain sources it reads)
     "ranked": ("SELECT d.name, s.amount, RANK() OVER (PARTITION BY d.name ORDER BY s.amount) AS r FROM sales s "
                "JOIN dim d ON s.product_id = d.id QUALIFY r <= 1", {"sales", "dim"}),
     "semi": ("SELECT ds, COUNT(*) AS n, SUM(amount) AS total FROM sales s WHERE EXISTS (SELECT 1 FROM dim d "
-             "WHERE d.id = s.product_id AND d.name IS NOT NULL) AND amount IN (SELECT id * 2.5 FROM dim) "
-             "GROUP BY ds", {"sales", "dim"}),
-    "anti": ("SELECT ds, product_id, amount FROM sales s WHERE NOT EXISTS (SELECT * FROM dim d WHERE d.id = s.product_id) "
-             "OR s.product_id NOT IN (SELECT CASE WHEN name = 'c' THEN NULL ELSE id END FROM dim)", {"sales", "dim"}),
+             "WHERE d.id = s.product_id AND d.name IS NOT NULL) "
+             "AND amount IN (SELECT MAX(id) * 2.5 FROM dim GROUP BY name) GROUP BY ds", {"sales", "dim"}),
+    "anti": ("SELECT ds, product_id, amount, (SELECT MAX(id) FROM dim) AS top FROM sales s "
+             "WHERE NOT EXISTS (SELECT * FROM dim d WHERE d.id = s.product_id) OR s.product_id NOT IN (SELECT CASE WHEN name = 'c' THEN NULL ELSE id END FROM dim)", {"sales", "dim"}),
     "rightj": ("SELECT s.ds, s.amount, d.name FROM dim d RIGHT JOIN sales s ON s.product_id = d.id "
                "ANTI JOIN dim e ON e.id = s.product_id + 1", {"sales", "dim"}),
     "semij": ("SELECT s.ds, COUNT(*) AS n, SUM(s.amount) AS total, MAX(d.name) AS hi FROM dim d RIGHT OUTER JOIN "
               "sales s ON s.product_id = d.id LEFT SEMI JOIN dim e ON e.id * 2.5 = s.amount OR s.amount IS NULL "
               "GROUP BY s.ds", {"sales", "dim"}),
+    "nested": ("WITH per AS (SELECT product_id, COUNT(*) AS n, SUM(amount) AS total FROM sales GROUP BY product_id) "
+               "SELECT d.name, COUNT(*) AS groups, SUM(p.total) AS s, MAX(p.n) AS most FROM per p "
+               "LEFT JOIN dim d ON d.id = p.product_id "
+               "WHERE p.total IS NULL OR p.total >= (SELECT MIN(total) FROM per) GROUP BY d.name", {"sales", "dim"}),
 }
 PARTITIONED = {"part": "ds", "chainagg": "ds"}   # chainagg: a state in partitioned data files
 # The sources whose rewrite alone a table retracts. Aggregates over `sales` (partitioned by day) keep their
@@ -92,16 +96,17 @@ RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestag
               "leftagg": {"sales"}, "joinagg": {"sales"}, "lin": {"sales"}, "joined": {"sales"},
               "chain": {"lin"}, "chainagg": {"lin"}, "distinct": {"sales"}, "top": {"sales"}, "ranked": {"sales"},
               "uni": {"sales", "dim"}, "semi": {"sales"}, "anti": {"sales"}, "rightj": {"sales"},
-              "semij": {"sales"}}
+              "semij": {"sales"}, "nested": {"sales"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
 # rewrite of the dimension is joined with them again — while `sales` was appended to as well.
 REJOINED = {"joinagg", "leftagg"}
-# Read on the right of a LEFT JOIN (outer, semi or anti), on the left of a RIGHT JOIN, or in a subquery of
-# WHERE (a semi- or anti-join): an append to it recomputes, naming it and where it is read (the last place
-# it is read; a rewrite is one above).
+# Read on the right of a LEFT JOIN (outer, semi or anti), on the left of a RIGHT JOIN, in a subquery of
+# WHERE (a semi- or anti-join), or above an aggregate read as a subquery: an append to it recomputes, naming
+# it and where it is read (the last place it is read; a rewrite is one above).
 HELD = {"leftj": ("dim", "on the right of a LEFT JOIN"), "leftagg": ("dim", "on the right of a LEFT JOIN"),
         "semi": ("dim", "in a subquery of WHERE"), "anti": ("dim", "in a subquery of WHERE"),
-        "rightj": ("dim", "on the right of a LEFT ANTI JOIN"), "semij": ("dim", "on the right of a LEFT SEMI JOIN")}
+        "rightj": ("dim", "on the right of a LEFT ANTI JOIN"), "semij": ("dim", "on the right of a LEFT SEMI JOIN"),
+        "nested": ("dim", "above an aggregate it reads as a subquery")}
 CI = bool(os.environ.get("CI"))
 rounds = itertools.count()       # one fire time per refresh round, later each time
 
@@ -170,7 +175,8 @@ def test_the_rules_classify_the_shapes():
                      "leftj": Linear, "leftagg": Aggregate,
                      "joinagg": Aggregate, "chain": Linear, "chainagg": Aggregate, "part": Linear,
                      "distinct": DistinctCount, "top": TopN,
-                     "ranked": TopN, "semi": Aggregate, "anti": Linear, "rightj": Linear, "semij": Aggregate}
+                     "ranked": TopN, "semi": Aggregate, "anti": Linear, "rightj": Linear, "semij": Aggregate,
+                     "nested": Aggregate}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 1", "OFFSET"),
                              ("SELECT * FROM t ORDER BY a LIMIT 3", "an unnamed output"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a ORDER BY 2", "ORDER BY"),
@@ -182,17 +188,28 @@ def test_the_rules_classify_the_shapes():
                              ("SELECT DISTINCT a, COUNT(*) FROM t GROUP BY a", "SELECT DISTINCT over an aggregate"),
                              ("SELECT a + 1 FROM t UNION SELECT a FROM u", "UNION whose columns are not all named"),
                              ("SELECT a FROM t UNION ALL (SELECT a FROM u UNION SELECT a FROM v)", "UNION (without ALL)"),
-                             ("SELECT a FROM (SELECT a, COUNT(*) FROM t GROUP BY a) x", "an aggregate in a subquery"),
-                             ("WITH c AS (SELECT DISTINCT a FROM t) SELECT a FROM c", "SELECT DISTINCT"),
+                             ("SELECT a FROM (SELECT a, COUNT(*) FROM t GROUP BY a) x", "an unnamed output of an agg"),
+                             ("SELECT * FROM (SELECT a, SUM(b) AS s FROM t GROUP BY a) x, (SELECT c, SUM(d) AS s FROM u "
+                              "GROUP BY c) y", "two aggregates in subqueries"),
                              ("SELECT a, collect_list(b) FILTER (WHERE b > 1) FROM t GROUP BY a", "COLLECT_LIST(…) with FILTER"),
-                             ("SELECT a FROM t WHERE a IN (SELECT MAX(a) FROM u)", "an aggregate or window in a subq"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a HAVING SUM(b) > (SELECT MIN(c) FROM u)", "a subquery"),
-                             ("SELECT a, (SELECT MIN(c) FROM u) AS m FROM t", "a subquery"),
+                             ("SELECT a, SUM(b), (SELECT MIN(c) FROM u) AS m FROM t GROUP BY a", "a subquery"),
                              ("SELECT collect_list(a) FROM t", "the aggregate"),
                              ("SELECT a, GROUPING(a), SUM(b) FROM t GROUP BY ROLLUP (a)", "GROUPING(…)"),
                              ("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY CUBE (a)", "GROUPING SETS over COUNT(DIS")]:
         found = maintenance(query)
         assert isinstance(found, Recompute) and construct in found.reason, (query, found)
+    # A subquery expression's own aggregate or window is its own: the query is linear in what it filters.
+    assert isinstance(maintenance("SELECT a FROM t WHERE a IN (SELECT MAX(a) FROM u) AND b > ALL "
+                                  "(SELECT c FROM (SELECT c, RANK() OVER (ORDER BY c) AS r FROM v) WHERE r = 1)"), Linear)
+    # An aggregate (a DISTINCT) read as a subquery by a query reading nothing else: kept, the query above
+    # computed over it.
+    assert maintenance("WITH c AS (SELECT DISTINCT a FROM t) SELECT a FROM c").above == "SELECT a FROM mt_aggregated AS c"
+    beside = maintenance("SELECT x.a, u.b FROM (SELECT a, COUNT(*) AS n FROM db.t GROUP BY a) x JOIN db.u ON x.a = u.a")
+    assert (beside.sources, beside.beside, held_sources(beside)) == \
+        (("db.t", "db.u"), 1, {"db.u": "above an aggregate it reads as a subquery"})
+    summed = maintenance("SELECT a, SUM(b) AS s FROM t WHERE b > (SELECT AVG(c) FROM u) GROUP BY a")
+    assert isinstance(summed, Aggregate) and [p.expression for p in summed.partials] == ["SUM(b)"]
 
 
 @pytest.fixture

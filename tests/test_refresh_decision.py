@@ -63,7 +63,8 @@ def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spar
     """EXPLAIN of a CREATE and of a refresh, and DESCRIBE EXTENDED, list each operator with its rule and
     state — here a semi-join under an aggregate: the filter holds while `products` holds still, and a
     change of `products` recomputes, saying so; a query with a construct no rule maintains names it; a
-    RIGHT JOIN and an ANTI JOIN say which side holds still."""
+    RIGHT JOIN and an ANTI JOIN say which side holds still, a scalar subquery in SELECT that its tables do;
+    a query above an aggregate it reads as a CTE (twice: TPC-H Q15's shape) is computed again over its groups."""
     db = f"spark_catalog.{spark.catalog.currentDatabase()}"
     spark.sql("CREATE TABLE sales (product_id INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("INSERT INTO sales VALUES (1, 10.0, '2024-01-01'), (2, 5.0, '2024-01-01'), (1, 7.0, '2024-01-02'), "
@@ -107,12 +108,23 @@ def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spar
                          "HAVING SUM(amount) > (SELECT COUNT(*) FROM products)")
     assert dict(other.rows)["maintained plan"] == "full recompute: a subquery"
     [joined] = gw.execute("EXPLAIN CREATE MATERIALIZED TABLE v FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS "
-                          "SELECT s.ds, p.name FROM products p RIGHT JOIN sales s ON s.product_id = p.id "
+                          "SELECT s.ds, p.name, (SELECT MAX(id) FROM products) AS top FROM products p "
+                          "RIGHT JOIN sales s ON s.product_id = p.id "
                           "ANTI JOIN products q ON q.id = s.product_id + 1")
     assert dict(joined.rows)["maintained plan"].splitlines() == [
         f"scan {db}.products: read on the left of a RIGHT JOIN, held still (a change recomputes)",
         f"scan {db}.sales: its appended files read (its change)",
         f"scan {db}.products: read on the right of a LEFT ANTI JOIN, held still (a change recomputes)",
+        f"scan {db}.products: read in a subquery of SELECT, held still (a change recomputes)",
         "RIGHT JOIN s: linear in its right side while its left side holds still",
         "LEFT ANTI JOIN q: linear in its left side while its right side holds still",
+        "scalar subquery in SELECT: evaluated for the change's rows while its tables hold still",
         "result: the change appended as new files (no state)"]
+    [top] = gw.execute("EXPLAIN CREATE MATERIALIZED TABLE w FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS "
+                       "WITH per AS (SELECT product_id, SUM(amount) AS total FROM sales GROUP BY product_id) "
+                       "SELECT p.product_id, p.total FROM per p WHERE p.total = (SELECT MAX(total) FROM per)")
+    assert dict(top.rows)["maintained plan"].splitlines() == [
+        f"scan {db}.sales: its appended files read (its change)",
+        "aggregate by product_id: the change's partials merged (SUM); state: 1 partial per group",
+        "the query above the aggregate (it reads the aggregate's result): computed again over the groups the "
+        "state holds"]

@@ -7,6 +7,7 @@ the state holds, so that a group leaving them is replaced (grouping sets: `group
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -18,11 +19,13 @@ from sqlglot import exp
 from mt_magic.incremental.as_aggregate import unfiltered
 from mt_magic.incremental.checks import (AGGREGATE_ARGS, NotMaintainable, by_outputs, call_name, check_select,
                                          parse_expression, quoted)
-from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
+from mt_magic.incremental.occurrences import DIALECT, Names, Version, identifier, own, parse, replaced, sql, tables
 from mt_magic.incremental.distinct import DistinctCount, distinct_count
 from mt_magic.incremental.grouping_sets import finest_keys, merged_again, over_state
 from mt_magic.incremental.linear import term_trees
 
+ABOVE = "mt_aggregated"       # the aggregate's result, as the query above it reads it
+BESIDE = "mt_beside_"         # another table the query above reads, by its place among them
 # Aggregates with a merge: the partial computed per group, and how partials combine.
 _MERGES = {exp.Count: "SUM", exp.Sum: "SUM", exp.Min: "MIN", exp.Max: "MAX"}
 STATE_KEY = "_g"          # the state's group key columns: _g0, _g1, ...
@@ -56,13 +59,20 @@ class Aggregate:
     limit: str | None = None
     written: exp.Select | None = None   # the query as written, ORDER BY and LIMIT included
     grouping: str | None = None         # GROUPING SETS, ROLLUP or CUBE over the state's (finest) keys
+    # A query above this aggregate, which it reads as a subquery (`nested`): its text reading the
+    # aggregate's result as `ABOVE` and the k-th other table it reads as `BESIDE`k (the last `beside`
+    # occurrences), and the names of the aggregate's result's columns.
+    above: str | None = None
+    own_names: tuple[str, ...] = ()
+    beside: int = 0
     per_group: ClassVar[bool] = True    # a state row per output row (before HAVING, LIMIT, grouping sets)
 
     @property
     def shown_as_kept(self) -> bool:
         """The result is the state's rows, one per group: no HAVING drops one, no LIMIT, no grouping
-        sets adding others."""
-        return self.per_group and self.having is None and self.limit is None and self.grouping is None
+        sets adding others, no query above."""
+        return self.per_group and self.having is None and self.limit is None and self.grouping is None and \
+            self.above is None
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -75,13 +85,16 @@ class Aggregate:
         that retracts keeps them, so that the others' state costs no more than it must."""
         if self.retracts:
             return self
-        return aggregate(self.written or self.select, retractable=True)  # type: ignore[return-value]
+        kept = aggregate(self.written or self.select, retractable=True)
+        return dataclasses.replace(kept, above=self.above, own_names=self.own_names,  # type: ignore[type-var]
+                                   occurrences=self.occurrences, beside=self.beside)
 
     def describe(self) -> str:
         by = ", ".join(self.keys) if self.keys else "the one group"
         sets = ", each grouping set's groups merged again from them" if self.grouping else ""
         top = f", then the first {self.limit} rows taken again from every group" if self.limit else ""
-        return f"incremental (merge by {by}{sets}{top})"
+        above = ", then the query above it computed again over the groups" if self.above else ""
+        return f"incremental (merge by {by}{sets}{top}{above})"
 
     def state(self, names: Names, version: Version = Version.NEW) -> str:
         """The state of the whole input: partials per group."""
@@ -106,11 +119,22 @@ class Aggregate:
         return f"SELECT {', '.join(columns)} FROM ({union}) AS merged{group}"
 
     def output(self, state: str, names: Sequence[str], carry: Mapping[str, str] | None = None,
-               regrouped: bool = True) -> str:
+               regrouped: bool = True, reading: Names | None = None) -> str:
         """The result from a state, its columns named `names` (the table's query columns). `carry`: state
         columns that follow, each under the name it maps to (one row per group: no HAVING). Grouping
         sets merge the state's partials again per set (not `regrouped`: each state row's outputs, as
-        Spark judges what they compute)."""
+        Spark judges what they compute). A query above the aggregate reads its result, and the tables
+        beside it as `reading` names their occurrences (else by their names)."""
+        if self.above is None:
+            return self.own_output(state, names, carry, regrouped)
+        first = len(self.occurrences) - self.beside
+        beside = [reading(first + k, Version.NEW) if reading is not None else
+                  ".".join(quoted(p) for p in self.occurrences[first + k].split(".", 2)) for k in range(self.beside)]
+        return above_output(self.above, self.own_output(state, self.own_names, regrouped=regrouped), names, beside)
+
+    def own_output(self, state: str, names: Sequence[str], carry: Mapping[str, str] | None = None,
+                   regrouped: bool = True) -> str:
+        """The aggregate's own result from a state (under a query above it, what that query reads)."""
         finals, having, order = self.finals, self.having, self.order
         grouped = regrouped and self.grouping is not None
         if grouped:
@@ -168,9 +192,9 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
         tree = tree.copy()
         tree.set("group", exp.Group(expressions=[k.copy() for k in keys]))
     for key in keys:
-        if key.find(exp.AggFunc):
+        if own(key, exp.AggFunc):
             raise NotMaintainable("an aggregate in GROUP BY")
-    if any(isinstance(c, exp.Count) and isinstance(c.this, exp.Distinct) for c in tree.find_all(exp.AggFunc)):
+    if any(isinstance(c, exp.Count) and isinstance(c.this, exp.Distinct) for c in own(tree, exp.AggFunc)):
         if limit is not None or sets is not None:
             raise NotMaintainable(f"{'ORDER BY … LIMIT' if sets is None else 'GROUPING SETS'} over COUNT(DISTINCT …)")
         return distinct_count(tree, keys, _over_state)
@@ -284,3 +308,20 @@ def _over_state(expression: exp.Expression, keys: list[exp.Expression],
 
 def _key_text(node: exp.Expression) -> str:
     return sql(node).lower()
+
+
+def above_output(above: str, result: str, names: Sequence[str], beside: Sequence[str]) -> str:
+    """The query above an aggregate, reading its `result` where it reads `ABOVE` and the relation
+    `beside[k]` where it reads `BESIDE`k, its columns named `names`."""
+    tree = parse(above)
+    for table in tables(tree):
+        if table.name == ABOVE:
+            alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(ABOVE))
+            table.replace(exp.Subquery(this=parse(result), alias=alias))
+        elif table.name.startswith(BESIDE):
+            relation = exp.to_table(beside[int(table.name[len(BESIDE):])], dialect=DIALECT)
+            relation.set("alias", table.args.get("alias"))
+            table.replace(relation)
+    columns = ", ".join(quoted(name) for name in names)
+    return f"SELECT * FROM ({sql(tree)}) AS mt_above({columns})"
+

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from mt_magic.incremental.checks import NotMaintainable
+from mt_magic.incremental.occurrences import own
 
 UNION_ALIAS = "mt_union"
 _FILTERABLE = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
@@ -46,7 +47,7 @@ def unfiltered(tree: exp.Select) -> exp.Select:
 def _distinct(tree: exp.Select) -> exp.Select:
     if tree.args["distinct"].args.get("on"):
         raise NotMaintainable("DISTINCT ON")
-    if tree.args.get("group") or tree.find(exp.AggFunc):
+    if tree.args.get("group") or own(tree, exp.AggFunc):
         raise NotMaintainable("SELECT DISTINCT over an aggregate")
     if any(e.is_star for e in tree.expressions):
         raise NotMaintainable("SELECT DISTINCT *")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import STATE_KEY, STATE_PARTIAL, Aggregate
-from mt_magic.incremental.checks import HELD_FILTER, held_still, parse_expression, quoted
+from mt_magic.incremental.checks import IN_SUBQUERY, held_still, parse_expression, quoted
 from mt_magic.incremental.occurrences import replaced, sql, tables
 from mt_magic.incremental.provenance import PARTITION
 
@@ -39,7 +39,7 @@ def below(rule: Aggregate, occurrence: int) -> Below | None:
         return None
     found = tables(rule.select)
     if len(found) < 2 or rule.select.args.get("laterals") or found[occurrence].parent.parent is not rule.select \
-            or HELD_FILTER in held_still(rule.select).values():
+            or any(where in IN_SUBQUERY for where in held_still(rule.select).values()):
         return None         # (an occurrence in a subquery: its partials are not the query's own)
     alias = found[occurrence].alias_or_name
     for partial in rule.partials:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from mt_magic.incremental.occurrences import DIALECT, tables
+from mt_magic.incremental.occurrences import DIALECT, own, subquery_expression, tables
 
 # What a SELECT may carry and stay maintainable; any other clause names itself in the reason.
 LINEAR_ARGS = {"expressions", "from_", "joins", "where", "laterals", "kind", "hint"}
@@ -27,7 +27,8 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
     LEFT JOIN (outer, semi or anti) is linear in its left side while its right side holds still
     (`held_still`), a RIGHT JOIN in its right side while its left holds still; so is a WHERE in the
     tables it filters while the tables its subqueries read (EXISTS, IN, a scalar subquery: semi- and
-    anti-joins) hold still — each row then passes or not as it did."""
+    anti-joins; aggregating or not) hold still — each row then passes or not as it did —, and a linear
+    SELECT's scalar subqueries likewise: each row's value is what it was."""
     for arg, value in tree.args.items():
         if value and arg not in allowed:
             raise NotMaintainable(CLAUSES.get(arg, arg.upper()))
@@ -42,13 +43,12 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
         _check_relation(relation)
     nested = {id(r) for r in relations if isinstance(r, exp.Subquery)}
     where = tree.args.get("where")
-    filtering = {id(q) for q in _subqueries(where)} if where is not None else set()
-    for node in tree.walk(prune=lambda n: id(n) in nested or id(n) in filtering):
-        if id(node) in nested:
-            continue
-        if id(node) in filtering:
-            if node.find(exp.AggFunc, exp.Window) is not None:
-                raise NotMaintainable("an aggregate or window in a subquery of WHERE")
+    scopes = [where] if where is not None else []
+    if "group" not in allowed:      # a linear SELECT's values (an aggregate's are rewritten over its state)
+        scopes.extend(tree.expressions)
+    valued = {id(q) for scope in scopes for q in _subqueries(scope)}
+    for node in tree.walk(prune=lambda n: id(n) in nested or id(n) in valued):
+        if id(node) in nested or id(node) in valued:
             continue
         if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.Select) and node is not tree):
             raise NotMaintainable("a subquery")
@@ -80,22 +80,24 @@ def linear_branches(body: exp.Expression, aggregated: str) -> list[exp.Select]:
                 raise NotMaintainable(CLAUSES[arg])
         return linear_branches(body.this, aggregated) + linear_branches(body.expression, aggregated)
     if isinstance(body, exp.Select):
-        if body.args.get("group") or body.find(exp.AggFunc):
+        if body.args.get("group") or own(body, exp.AggFunc):
             raise NotMaintainable(aggregated)
         check_select(body, LINEAR_ARGS)
         return [body]
     raise NotMaintainable(f"{type(body).__name__.upper()} in FROM")
 
 
-def _subqueries(where: exp.Where) -> list[exp.Expression]:
-    """The outermost subqueries of a WHERE (EXISTS, IN, scalar)."""
+def _subqueries(scope: exp.Expression) -> list[exp.Expression]:
+    """The outermost subqueries of a WHERE or an output (EXISTS, IN, scalar)."""
     kinds = (exp.Exists, exp.Subquery, exp.Select)
-    return [node for node in where.walk(prune=lambda n: n is not where and isinstance(n, kinds))
-            if node is not where and isinstance(node, kinds)]
+    return [node for node in scope.walk(prune=lambda n: isinstance(n, kinds)) if isinstance(node, kinds)]
 
 
 HELD_LEFT = "on the right of a LEFT JOIN"
 HELD_FILTER = "in a subquery of WHERE"
+HELD_VALUE = "in a subquery of SELECT"
+IN_SUBQUERY = (HELD_FILTER, HELD_VALUE)
+HELD_ABOVE = "above an aggregate it reads as a subquery"
 # The joins the rules know, by Spark's words: inner ones, and those linear in one side (`held_still`).
 _JOINS = {"", "INNER", "CROSS", "LEFT", "LEFT OUTER", "LEFT SEMI", "LEFT ANTI", "SEMI", "ANTI", "RIGHT",
           "RIGHT OUTER"}
@@ -110,7 +112,8 @@ def held_still(tree: exp.Expression) -> dict[int, str]:
     """The occurrences whose change the query is recomputed for, and where they are read: on the right of
     a LEFT JOIN (a change can turn rows padded with NULLs into matched ones, which no added rows
     express; of a semi- or anti-join, let old rows pass or stop them), on the left of a RIGHT JOIN (the
-    same, mirrored), or in a subquery of WHERE (a change can let old rows pass, or stop them)."""
+    same, mirrored), or in a subquery of WHERE (a change can let old rows pass, or stop them) or of
+    SELECT (a change can change old rows' values)."""
     held: dict[int, str] = {}
     for join in tree.find_all(exp.Join):
         words = join_words(join)
@@ -123,8 +126,25 @@ def held_still(tree: exp.Expression) -> dict[int, str]:
             joins = scope.args.get("joins") or []
             left = [scope.args["from_"].this, *(j.this for j in joins[:joins.index(join)])]
             held.update({id(t): "on the left of a RIGHT JOIN" for side in left for t in side.find_all(exp.Table)})
-    return {i: HELD_FILTER if table.find_ancestor(exp.Where) is not None else held[id(table)]
-            for i, table in enumerate(tables(tree)) if id(table) in held or table.find_ancestor(exp.Where) is not None}
+    found = {}
+    for i, table in enumerate(tables(tree)):
+        where = _valued(table, tree) or held.get(id(table))
+        if where is not None:
+            found[i] = where
+    return found
+
+
+def _valued(table: exp.Table, tree: exp.Expression) -> str | None:
+    """Where a table read in a subquery expression of `tree` is read: in a subquery of WHERE or of
+    SELECT (the outermost one's place); None for a table read as a relation."""
+    outermost, node = None, table
+    while node is not tree and node.parent is not None:
+        if subquery_expression(node):
+            outermost = node
+        node = node.parent
+    if outermost is None:
+        return None
+    return HELD_FILTER if isinstance(outermost.find_ancestor(exp.Where, exp.Select), exp.Where) else HELD_VALUE
 
 
 def by_outputs(order: exp.Order, tree: exp.Select) -> list[exp.Ordered]:

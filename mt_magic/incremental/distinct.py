@@ -10,7 +10,7 @@ from sqlglot import exp
 
 from mt_magic.incremental.checks import NotMaintainable, quoted
 from mt_magic.incremental.linear import term_trees
-from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
+from mt_magic.incremental.occurrences import Names, Version, identifier, own, replaced, sql, tables
 
 STATE_KEY = "_g"
 STATE_VALUE = "_d"
@@ -67,7 +67,7 @@ class DistinctCount:
 
 def distinct_count(tree: exp.Select, keys: list[exp.Expression], over_state) -> DistinctCount:
     """`tree` counts distinct values of one expression and aggregates nothing else."""
-    calls = list(tree.find_all(exp.AggFunc))
+    calls = own(tree, exp.AggFunc)
     arguments = {sql(c.this) for c in calls if isinstance(c, exp.Count) and isinstance(c.this, exp.Distinct)}
     if len(arguments) != 1 or len(calls) != sum(1 for c in calls if isinstance(c, exp.Count)
                                                   and isinstance(c.this, exp.Distinct)):

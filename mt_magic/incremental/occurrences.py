@@ -96,6 +96,22 @@ def tables(tree: exp.Expression) -> list[exp.Table]:
     return list(tree.find_all(exp.Table))
 
 
+def subquery_expression(node: exp.Expression) -> bool:
+    """A query used as a value or a test — a scalar subquery, IN, EXISTS, ANY or ALL —, not as a relation."""
+    if isinstance(node, exp.Exists):
+        return True
+    if isinstance(node, exp.Subquery):
+        return node.parent is not None and not isinstance(node.parent, (exp.From, exp.Join, exp.Union, exp.Lateral))
+    return isinstance(node, exp.Select) and isinstance(node.parent, (exp.Any, exp.All, exp.In))
+
+
+def own(tree: exp.Expression, *kinds: type[exp.Expression]) -> list[exp.Expression]:
+    """The nodes of `kinds` in `tree` but not inside its subquery expressions (theirs, not its own: an
+    aggregate in `WHERE a IN (SELECT MAX(b) …)` does not make the query an aggregate)."""
+    return [node for node in tree.walk(prune=lambda n: n is not tree and subquery_expression(n))
+            if isinstance(node, kinds) and (node is tree or not subquery_expression(node))]
+
+
 def replaced(tree: exp.Expression, reading: Callable[[int], str]) -> exp.Expression:
     """A copy of `tree` where occurrence i reads the relation `reading(i)`. An occurrence without an
     alias gets its table's name as one, so that columns qualified by the table name still resolve."""

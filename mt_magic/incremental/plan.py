@@ -7,10 +7,10 @@ from __future__ import annotations
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import Aggregate
-from mt_magic.incremental.checks import HELD_FILTER, held_still, join_words
+from mt_magic.incremental.checks import HELD_ABOVE, HELD_FILTER, HELD_VALUE, held_still, join_words
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.linear import Linear
-from mt_magic.incremental.occurrences import identifier, sql, tables
+from mt_magic.incremental.occurrences import identifier, sql, subquery_expression, tables
 from mt_magic.incremental.rules import Recompute, Rule
 from mt_magic.incremental.topn import TopN
 
@@ -48,6 +48,11 @@ def _aggregated(rule: Aggregate) -> list[str]:
         lines.append("HAVING: applied to the merged groups")
     if rule.limit:
         lines.append(f"ORDER BY … LIMIT {rule.limit}: the first rows taken again from every group")
+    if rule.above:
+        lines.extend(f"scan {source}: read {HELD_ABOVE}, held still (a change recomputes)"
+                     for source in rule.sources[len(rule.sources) - rule.beside:])
+        lines.append("the query above the aggregate (it reads the aggregate's result): computed again over "
+                     "the groups the state holds" + (" and the tables beside it" if rule.beside else ""))
     return lines
 
 
@@ -59,8 +64,9 @@ def _input(select: exp.Select) -> list[str]:
         where = held.get(index)
         lines.append(f"scan {identifier(table)}: " + (f"read {where}, held still (a change recomputes)" if where
                                                        else "its appended files read (its change)"))
+    inside = {id(n) for q in select.walk() if q is not select and subquery_expression(q) for n in q.walk()}
     for scope in select.find_all(exp.Select):
-        if scope is not select and scope.find_ancestor(exp.Where) is not None:
+        if id(scope) in inside:          # a subquery's own operators are held still with its tables
             continue
         for join in scope.args.get("joins") or ():
             name = join.this.alias_or_name
@@ -79,4 +85,6 @@ def _input(select: exp.Select) -> list[str]:
             filtering = HELD_FILTER in held.values() and where.find(exp.Exists, exp.Select) is not None
             lines.append(f"filter {text}: " + ("a semi- or anti-join, applied to the change while its subqueries' "
                                                "tables hold still" if filtering else "applied to the change"))
+        if HELD_VALUE in held.values() and any(e.find(exp.Subquery) for e in scope.expressions):
+            lines.append("scalar subquery in SELECT: evaluated for the change's rows while its tables hold still")
     return lines

@@ -187,9 +187,10 @@ def partition_expression(provenance: Provenance, tree: exp.Select, name: str = P
 def keepable(rule: Linear | Aggregate | TopN, occurrence: int) -> bool:
     """What the rule derives can be kept by where occurrence i's rows came from: the query that reads
     it can select its columns (`liftable`), and not held still (`held_still`: on the right of a LEFT JOIN,
-    the left of a RIGHT JOIN, its rows may be none)."""
+    the left of a RIGHT JOIN, its rows may be none; nor above an aggregate, which reads its state)."""
     tree, start = next((tree, start) for tree, start in reversed(read_trees(rule)) if start <= occurrence)
-    return liftable(tree, occurrence - start) and occurrence - start not in held_still(tree)
+    return occurrence - start < len(tables(tree)) and liftable(tree, occurrence - start) and \
+        occurrence - start not in held_still(tree)
 
 
 def _within(rule: TopN, candidates: str) -> str:

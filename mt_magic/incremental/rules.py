@@ -11,7 +11,8 @@ Each rule lives in its module (`linear`, `aggregate`, `topn`); this one picks it
   with COUNT, SUM, AVG, MIN, MAX (FILTER too) and HAVING, and an ORDER BY … LIMIT over it; SELECT
   DISTINCT and UNION as the GROUP BY they are (`as_aggregate`). A hidden state keeps, per group, each
   aggregate's partial (AVG as a sum and a count); the change's partials are merged into it by group,
-  and the result is the state's final projection with HAVING applied.
+  and the result is the state's final projection with HAVING applied. Read as a subquery by a query
+  that reads nothing else (`nested`), the query above is computed again over that projection.
 - `DistinctCount`: COUNT(DISTINCT x) per group: the distinct (group, x) pairs, added to.
 - `TopN`: ROW_NUMBER / RANK / DENSE_RANK ≤ N per key, and ORDER BY … LIMIT N over no aggregate: the
   ranked rows within N, re-ranked with the change's rows.
@@ -27,9 +28,10 @@ from sqlglot import exp
 from mt_magic.incremental.aggregate import Aggregate, aggregate
 from mt_magic.incremental.as_aggregate import grouped
 from mt_magic.incremental.distinct import DistinctCount
-from mt_magic.incremental.checks import LINEAR_ARGS, NotMaintainable, check_select, held_still
+from mt_magic.incremental.checks import HELD_ABOVE, LINEAR_ARGS, NotMaintainable, check_select, held_still
 from mt_magic.incremental.linear import Linear, linear_union
-from mt_magic.incremental.occurrences import Unparsable, identifier, parse, tables
+from mt_magic.incremental.nested import nested
+from mt_magic.incremental.occurrences import Unparsable, identifier, own, parse, tables
 from mt_magic.incremental.topn import TopN, global_top, top_n
 
 __all__ = ["Aggregate", "DistinctCount", "Linear", "Recompute", "Rule", "TopN", "maintenance"]
@@ -55,25 +57,31 @@ def read_trees(rule: Linear | Aggregate | DistinctCount | TopN) -> list[tuple[ex
 
 
 def held_sources(rule: Rule) -> dict[str, str]:
-    """The sources read on the right of a LEFT JOIN or in a subquery of WHERE (`held_still`), and
-    where: a change of one recomputes."""
+    """The sources read on the right of a LEFT JOIN, in a subquery of WHERE (`held_still`) or above an
+    aggregate read as a subquery (`nested`), and where: a change of one recomputes."""
     if isinstance(rule, Recompute):
         return {}
-    return {rule.sources[start + i]: where for tree, start in read_trees(rule) for i, where in held_still(tree).items()}
+    held = {rule.sources[start + i]: where for tree, start in read_trees(rule) for i, where in held_still(tree).items()}
+    if isinstance(rule, Aggregate) and rule.beside:
+        held.update(dict.fromkeys(rule.sources[-rule.beside:], HELD_ABOVE))
+    return held
 
 
 def maintenance(query: str) -> Rule:
     """The rule that maintains `query` (its table names fully qualified), or why none does."""
     try:
         tree = grouped(parse(query))
+        above = nested(tree)
+        if above is not None:
+            return above
         if isinstance(tree, exp.Union):
             return linear_union(tree)
         if not isinstance(tree, exp.Select):
             raise NotMaintainable(f"a {type(tree).__name__.upper()} query")
         if tree.args.get("qualify") or (isinstance(tree.args.get("from_") and tree.args["from_"].this, exp.Subquery)
-                                        and tree.find(exp.Window)):
+                                        and own(tree, exp.Window)):
             return top_n(tree)
-        if tree.args.get("group") or tree.find(exp.AggFunc):
+        if tree.args.get("group") or own(tree, exp.AggFunc):
             return aggregate(tree)
         if tree.args.get("order") and tree.args.get("limit"):
             return top_n(global_top(tree))

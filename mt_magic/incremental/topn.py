@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from mt_magic.incremental.checks import (CLAUSES, LINEAR_ARGS, NotMaintainable, by_outputs, call_name, check_select,
                                          quoted)
-from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
+from mt_magic.incremental.occurrences import Names, Version, identifier, own, replaced, sql, tables
 from mt_magic.incremental.linear import term_trees
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def _check_outer(tree: exp.Select) -> None:
     if tree.args.get("where") is None:
         raise NotMaintainable("a window function without a filter on its rank")
     for node in tree.expressions:
-        if node.find(exp.AggFunc) or node.find(exp.Window):
+        if own(node, exp.AggFunc, exp.Window):
             raise NotMaintainable("an aggregate or window over the ranked rows")
 
 

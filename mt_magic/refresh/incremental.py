@@ -147,9 +147,8 @@ class Maintainer:
     def _kept_rows(self, table: MaterializedTable, rule: Linear, changes: dict[str, SourceDelta],
                    relations: Relations, keeping: Keeping, kept: KeptRows, retraction: Retraction | None) -> Maintained:
         """A linear table that keeps its rows by source partition: the appended rows, or the rewritten
-        partitions' rows now in place of their rows before (where they differ), written split by
-        partition; an appended partition's small files are rewritten into one when they grow past
-        SMALL_FILES_KEPT."""
+        partitions' rows now in place of their rows before (where they differ), written split by partition;
+        an appended partition's small files are rewritten into one when they grow past SMALL_FILES_KEPT."""
         started, names = time.monotonic(), relations.names
         dropped: set[str] = set()
         if retraction is None:
@@ -267,8 +266,9 @@ class Maintainer:
                            f"Refreshing {table.identifier}")
             read = relations.delta_rows()
             merged = relations.add("state", self.spark.read.format(STATE_FORMAT).schema(schema).load(stage))
-            with relations.query(shaped_sql(rule.output(merged, table.query_columns), table.columns,
-                                            table.identifier)) as output:
+            result = rule.output(merged, table.query_columns, reading=relations.names.name) \
+                if isinstance(rule, Aggregate) and rule.above else rule.output(merged, table.query_columns)
+            with relations.query(shaped_sql(result, table.columns, table.identifier)) as output:
                 frame, rows = counting_rows(output)
                 version = self.storage.new_version(table)
                 self._write(table, frame, version)
