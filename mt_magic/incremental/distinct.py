@@ -43,7 +43,9 @@ class DistinctCount:
         union = " UNION ALL ".join([f"SELECT * FROM {old_state}"] + terms)
         return f"SELECT {columns} FROM ({union}) AS merged GROUP BY {columns}"
 
-    def output(self, state: str, names: Sequence[str]) -> str:
+    def output(self, state: str, names: Sequence[str], reading: Names | None = None) -> str:
+        """The result from a state, its columns named `names` (it reads no table beside its state:
+        `reading` is the aggregate's, whose query above may)."""
         columns = ", ".join(f"{final} AS {quoted(name)}" for final, name in zip(self.finals, names, strict=True))
         group = f" GROUP BY {', '.join(self._columns()[:-1])}" if self.keys else ""
         having = f" HAVING {self.having}" if self.having else ""

@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from mt_magic.incremental.aggregate import STATE_KEY, Aggregate, aggregate
 from mt_magic.incremental.distinct import STATE_VALUE, DistinctCount
+from mt_magic.incremental.occurrences import Names
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,10 @@ class DistinctPairs(Aggregate):
     def describe(self) -> str:
         return self.distinct.describe()
 
-    def output(self, state: str, names: Sequence[str], carry: Mapping[str, str] | None = None) -> str:
+    def output(self, state: str, names: Sequence[str], carry: Mapping[str, str] | None = None,
+               regrouped: bool = True, reading: Names | None = None) -> str:
+        """The COUNT(DISTINCT …) query's result over the pairs (no state rides in it: `carry`; nor is it
+        regrouped or read beside a table: `regrouped`, `reading`)."""
         keys = [f"{STATE_KEY}{i}" for i in range(len(self.distinct.keys))]
         pairs = f"(SELECT {', '.join([*keys, f'{STATE_KEY}{len(keys)} AS {STATE_VALUE}'])} FROM {state}) AS pairs"
         return self.distinct.output(pairs, names)

@@ -48,7 +48,9 @@ class TopN:
         columns = ", ".join(self.state_columns)
         return self.within(" UNION ALL ".join([f"SELECT {columns} FROM {old_state}"] + terms))
 
-    def output(self, state: str, names: Sequence[str]) -> str:
+    def output(self, state: str, names: Sequence[str], reading: Names | None = None) -> str:
+        """The result from a state, its columns named `names` (it reads no table beside its state:
+        `reading` is the aggregate's, whose query above may)."""
         outer = self.outer.copy()
         outer.find(exp.Table).set("this", exp.to_identifier(state))
         outer.set("expressions", [exp.alias_(e.this if isinstance(e, exp.Alias) else e, n, quoted=True)

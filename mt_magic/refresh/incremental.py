@@ -266,8 +266,7 @@ class Maintainer:
                            f"Refreshing {table.identifier}")
             read = relations.delta_rows()
             merged = relations.add("state", self.spark.read.format(STATE_FORMAT).schema(schema).load(stage))
-            result = rule.output(merged, table.query_columns, reading=relations.names.name) \
-                if isinstance(rule, Aggregate) and rule.above else rule.output(merged, table.query_columns)
+            result = rule.output(merged, table.query_columns, reading=relations.names.name)
             with relations.query(shaped_sql(result, table.columns, table.identifier)) as output:
                 frame, rows = counting_rows(output)
                 version = self.storage.new_version(table)
