@@ -61,8 +61,8 @@ def _rows(frame) -> list:
 
 def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spark, gw):
     """EXPLAIN of a CREATE and of a refresh, and DESCRIBE EXTENDED, list each operator with its rule and
-    state — here a semi-join under an aggregate: the filter holds while `products` holds still, and a
-    change of `products` recomputes, saying so; a query with a construct no rule maintains names it; a
+    state — here a semi-join under an aggregate: the filter is applied to the change, an append to
+    `products` adds the rows it lets pass, and a rewrite of `products` recomputes, saying so; a query with a construct no rule maintains names it; a
     RIGHT JOIN and an ANTI JOIN say which side holds still, a scalar subquery in SELECT that its tables do;
     a query above an aggregate it reads as a CTE (twice: TPC-H Q15's shape) is computed again over its groups."""
     db = f"spark_catalog.{spark.catalog.currentDatabase()}"
@@ -76,9 +76,11 @@ def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spar
     create = f"CREATE MATERIALIZED TABLE t FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS {query}"
     plan = dict(gw.execute(f"EXPLAIN {create}")[0].rows)["maintained plan"].splitlines()
     assert plan[:2] == [f"scan {db}.sales: its appended files read (its change)",
-                        f"scan {db}.products: read in a subquery of WHERE, held still (a change recomputes)"]
-    assert plan[2].startswith("filter EXISTS(") and plan[2].endswith(": a semi- or anti-join, applied to the "
-                                                                     "change while its subqueries' tables hold still")
+                        f"scan {db}.products: read in a subquery of WHERE (an EXISTS or IN): its appended rows "
+                        "add the rows they let pass and its old rows did not (a semi-join's change); a rewrite recomputes"]
+    assert plan[2].startswith("filter EXISTS(") and plan[2].endswith(": a semi-join, applied to the change; an "
+                                                                     "append to its subqueries' tables adds the rows "
+                                                                     "it lets pass")
     assert plan[3:] == ["aggregate by ds: the change's partials merged (SUM); state: 2 partials per group",
                         "HAVING: applied to the merged groups"]
     assert gw.store.list() == []
@@ -95,11 +97,17 @@ def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spar
     gw.refresh("t", schedule_time="2030-01-01 12:00:00")
     entry = gw.history("t", limit=1)[0]
     assert entry["technique"] == "incremental" and "retracted" in entry["sources"][f"{db}.sales"], (entry["reason"], entry["sources"])
-    spark.sql("INSERT INTO products VALUES (2, 'b')")
-    reason = f"{db}.products changed: it is read in a subquery of WHERE"
+    spark.sql("INSERT INTO products VALUES (2, 'b')")       # product 2's old sales now pass
+    explained = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE t REFRESH")[0].rows)
+    assert explained["a scheduled refresh now"] == "would refresh incremental (merge by ds)"
+    gw.refresh("t", schedule_time="2030-01-02 00:00:00")
+    assert gw.history("t", limit=1)[0]["technique"] == "incremental"
+    assert sorted(spark.table("t").collect()) == sorted(spark.sql(query).collect())
+    spark.sql("INSERT OVERWRITE products VALUES (1, 'a')")    # product 2's sales stop passing
+    reason = f"{db}.products was rewritten"
     explained = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE t REFRESH")[0].rows)
     assert explained["a scheduled refresh now"] == f"would recompute the whole table ({reason})"
-    gw.refresh("t", schedule_time="2030-01-02 00:00:00")
+    gw.refresh("t", schedule_time="2030-01-03 00:00:00")
     entry = gw.history("t", limit=1)[0]
     assert (entry["technique"], entry["reason"]) == ("full", reason)
     assert sorted(spark.table("t").collect()) == sorted(spark.sql(query).collect())

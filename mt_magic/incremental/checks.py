@@ -88,9 +88,8 @@ def linear_branches(body: exp.Expression, aggregated: str) -> list[exp.Select]:
 
 
 def _subqueries(scope: exp.Expression) -> list[exp.Expression]:
-    """The outermost subqueries of a WHERE or an output (EXISTS, IN, scalar)."""
-    kinds = (exp.Exists, exp.Subquery, exp.Select)
-    return [node for node in scope.walk(prune=lambda n: isinstance(n, kinds)) if isinstance(node, kinds)]
+    """The outermost subquery expressions of a WHERE or an output (EXISTS, IN, scalar)."""
+    return [node for node in scope.walk(prune=subquery_expression) if subquery_expression(node)]
 
 
 HELD_LEFT = "on the right of a LEFT JOIN"
@@ -113,7 +112,19 @@ def held_still(tree: exp.Expression) -> dict[int, str]:
     a LEFT JOIN (a change can turn rows padded with NULLs into matched ones, which no added rows
     express; of a semi- or anti-join, let old rows pass or stop them), on the left of a RIGHT JOIN (the
     same, mirrored), or in a subquery of WHERE (a change can let old rows pass, or stop them) or of
-    SELECT (a change can change old rows' values)."""
+    SELECT (a change can change old rows' values). An append to one read in an EXISTS or IN conjunct of
+    WHERE is maintained all the same (`growing`)."""
+    held = _joined(tree)
+    found = {}
+    for i, table in enumerate(tables(tree)):
+        where = _valued(table, tree) or held.get(id(table))
+        if where is not None:
+            found[i] = where
+    return found
+
+
+def _joined(tree: exp.Expression) -> dict[int, str]:
+    """The tables (by id) read where a join holds them still, and where (`held_still`)."""
     held: dict[int, str] = {}
     for join in tree.find_all(exp.Join):
         words = join_words(join)
@@ -126,12 +137,47 @@ def held_still(tree: exp.Expression) -> dict[int, str]:
             joins = scope.args.get("joins") or []
             left = [scope.args["from_"].this, *(j.this for j in joins[:joins.index(join)])]
             held.update({id(t): "on the left of a RIGHT JOIN" for side in left for t in side.find_all(exp.Table)})
-    found = {}
-    for i, table in enumerate(tables(tree)):
-        where = _valued(table, tree) or held.get(id(table))
-        if where is not None:
-            found[i] = where
+    return held
+
+
+def growing(tree: exp.Expression) -> dict[int, exp.Exists | exp.In]:
+    """The held occurrences the query only grows with, each with the EXISTS or IN that reads it: the one
+    table of a subquery that is an EXISTS or IN conjunct of a WHERE (of `tree`, or of a query it reads as
+    a relation), the subquery filtering and projecting that table alone. A row appended to it can let an
+    old row pass and stops none (an IN's NULL is not TRUE, as its FALSE), so an append is maintained by
+    one more term (`linear.term_trees`); a rewrite, which can stop rows, recomputes."""
+    index = {id(t): i for i, t in enumerate(tables(tree))}
+    joined = _joined(tree)
+    found: dict[int, exp.Exists | exp.In] = {}
+    for where in own(tree, exp.Where):
+        for conjunct in conjuncts(where.this):
+            body = conjunct.this if isinstance(conjunct, exp.Exists) else conjunct.args.get("query") \
+                if isinstance(conjunct, exp.In) else None
+            body = body.this if isinstance(body, exp.Subquery) else body
+            if _one_table(body) and not (isinstance(conjunct, exp.In) and len(body.expressions) != 1):
+                table = tables(body)[0]
+                if id(table) not in joined:
+                    found[index[id(table)]] = conjunct
     return found
+
+
+def conjuncts(condition: exp.Expression) -> list[exp.Expression]:
+    """The parts of a condition joined by AND (itself, when it is not an AND)."""
+    return list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+
+
+def _one_table(body: exp.Expression | None) -> bool:
+    """A SELECT that filters and projects one table, with nothing else in it (a row of it passes or not
+    whatever the table's other rows)."""
+    if not isinstance(body, exp.Select) or any(v and arg not in _FILTERING for arg, v in body.args.items()):
+        return False
+    relation = body.args["from_"].this if body.args.get("from_") else None
+    return isinstance(relation, exp.Table) and not relation.args.get("sample") and not any(
+        node is not body and isinstance(node, (exp.Select, exp.Subquery, exp.Exists, exp.AggFunc, exp.Window))
+        for node in body.walk())
+
+
+_FILTERING = {"expressions", "from_", "where", "kind", "hint"}
 
 
 def _valued(table: exp.Table, tree: exp.Expression) -> str | None:

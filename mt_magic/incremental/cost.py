@@ -27,7 +27,7 @@ the full refresh was (so it recomputes).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 STATE_PASSES = 2        # the old state read and shuffled into the merge, the new one written
@@ -81,10 +81,11 @@ Within = Callable[[int, int, bool], "int | None"]
 
 
 def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceBytes],
-             state_bytes: int | None, within: Within | None = None) -> Estimate:
+             state_bytes: int | None, within: Within | None = None, growing: Collection[int] = ()) -> Estimate:
     """`branches`: per UNION ALL branch (one for a plain SELECT), the source each occurrence reads;
     `state_bytes`: the hidden state's size, None for a table that keeps none; `within`: what a read
-    bounded by the appended rows' join keys scans (`key_bounds`)."""
+    bounded by the appended rows' join keys scans (`key_bounds`); `growing`: the occurrences read in an
+    EXISTS or IN, whose appended rows are checked against their old ones (`linear.term_trees`)."""
     parts = _Parts()
     incremental = full = start = 0
     for occurrences in branches:
@@ -101,6 +102,10 @@ def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceByte
                         if bounded is None else \
                         parts.add(f"joining {source}'s change with {other}'s row groups within its keys",
                                   min(whole, bounded))
+            if start + i in growing:
+                bounded = within(start + i, start + i, False) if within is not None else None
+                incremental += parts.add(f"checking the rows {source}'s change lets pass against its old rows",
+                                         sources[source].old if bounded is None else min(sources[source].old, bounded))
         start += len(occurrences)
     if state_bytes is not None:
         incremental += parts.add(_MERGING, STATE_PASSES * state_bytes)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from mt_magic.incremental.checks import linear_branches
-from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
+from mt_magic.incremental.checks import growing, linear_branches
+from mt_magic.incremental.occurrences import DIALECT, Names, Version, identifier, replaced, sql, tables
 
 
 @dataclass(frozen=True)
@@ -63,14 +63,34 @@ def _terms(branch: exp.Select, occurrences: tuple[str, ...], start: int, appende
 
 def term_trees(branch: exp.Select, occurrences: tuple[str, ...], start: int, appended: set[str],
                 names: Names) -> list[exp.Select]:
-    """The bilinear rule: one term per appended occurrence."""
+    """The bilinear rule: one term per appended occurrence. One read in an EXISTS or IN conjunct
+    (`growing`) is not linear but monotone: its term keeps the rows its appended rows make pass and its
+    old rows did not (a semi-join's change: EXISTS over the appended rows AND NOT over the old ones)."""
+    grows = growing(branch)
     terms = []
     for i, source in enumerate(occurrences):
         if source not in appended:
             continue
-        terms.append(replaced(branch, lambda j, i=i: names(
-            start + j, Version.NEW if j < i else Version.DELTA if j == i else Version.OLD)))
+        term = replaced(branch, lambda j, i=i: names(
+            start + j, Version.NEW if j < i else Version.DELTA if j == i else Version.OLD))
+        if i in grows:
+            _not_before(term, i, names(start + i, Version.OLD))
+        terms.append(term)
     return terms
+
+
+def _not_before(term: exp.Select, occurrence: int, old: str) -> None:
+    """Adds to the EXISTS or IN reading the occurrence's appended rows in `term` that over its old rows
+    it was not TRUE."""
+    appended = tables(term)[occurrence]
+    predicate = appended.find_ancestor(exp.Exists, exp.In)
+    before = predicate.copy()
+    relation = exp.to_table(old, dialect=DIALECT)
+    relation.set("alias", appended.args["alias"].copy())
+    tables(before)[0].replace(relation)
+    guard = exp.not_(before) if isinstance(before, exp.Exists) else \
+        exp.not_(exp.paren(exp.Is(this=exp.paren(before), expression=exp.true())))
+    predicate.replace(exp.and_(predicate.copy(), guard))
 
 
 def _union(parts) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import Aggregate
-from mt_magic.incremental.checks import HELD_ABOVE, HELD_FILTER, HELD_VALUE, held_still, join_words
+from mt_magic.incremental.checks import HELD_ABOVE, HELD_FILTER, HELD_VALUE, growing, held_still, join_words
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import identifier, sql, subquery_expression, tables
@@ -58,12 +58,14 @@ def _aggregated(rule: Aggregate) -> list[str]:
 
 def _input(select: exp.Select) -> list[str]:
     """The scans, joins and filters of one SELECT (its subqueries in FROM read through)."""
-    held = held_still(select)
+    held, grows = held_still(select), growing(select)
     lines = []
     for index, table in enumerate(tables(select)):
         where = held.get(index)
-        lines.append(f"scan {identifier(table)}: " + (f"read {where}, held still (a change recomputes)" if where
-                                                       else "its appended files read (its change)"))
+        lines.append(f"scan {identifier(table)}: " + (
+            f"read {where} (an EXISTS or IN): its appended rows add the rows they let pass and its old rows did "
+            "not (a semi-join's change); a rewrite recomputes" if index in grows else
+            f"read {where}, held still (a change recomputes)" if where else "its appended files read (its change)"))
     inside = {id(n) for q in select.walk() if q is not select and subquery_expression(q) for n in q.walk()}
     for scope in select.find_all(exp.Select):
         if id(scope) in inside:          # a subquery's own operators are held still with its tables
@@ -83,8 +85,11 @@ def _input(select: exp.Select) -> list[str]:
             text = sql(where.this)
             text = text if len(text) <= 80 else text[:77] + "…"
             filtering = HELD_FILTER in held.values() and where.find(exp.Exists, exp.Select) is not None
-            lines.append(f"filter {text}: " + ("a semi- or anti-join, applied to the change while its subqueries' "
-                                               "tables hold still" if filtering else "applied to the change"))
+            read = {index for index, table in enumerate(tables(select)) if table.find_ancestor(exp.Where) is where}
+            lines.append(f"filter {text}: " + (
+                "a semi-join, applied to the change; an append to its subqueries' tables adds the rows it lets "
+                "pass" if filtering and read <= set(grows) else "a semi- or anti-join, applied to the change while "
+                "its subqueries' tables hold still" if filtering else "applied to the change"))
         if HELD_VALUE in held.values() and any(e.find(exp.Subquery) for e in scope.expressions):
             lines.append("scalar subquery in SELECT: evaluated for the change's rows while its tables hold still")
     return lines

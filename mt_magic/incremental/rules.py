@@ -28,13 +28,13 @@ from sqlglot import exp
 from mt_magic.incremental.aggregate import Aggregate, aggregate
 from mt_magic.incremental.as_aggregate import grouped
 from mt_magic.incremental.distinct import DistinctCount
-from mt_magic.incremental.checks import HELD_ABOVE, LINEAR_ARGS, NotMaintainable, check_select, held_still
+from mt_magic.incremental.checks import HELD_ABOVE, LINEAR_ARGS, NotMaintainable, check_select, growing, held_still
 from mt_magic.incremental.linear import Linear, linear_union
 from mt_magic.incremental.nested import nested
 from mt_magic.incremental.occurrences import Unparsable, identifier, own, parse, tables
 from mt_magic.incremental.topn import TopN, global_top, top_n
 
-__all__ = ["Aggregate", "DistinctCount", "Linear", "Recompute", "Rule", "TopN", "maintenance"]
+__all__ = ["Aggregate", "DistinctCount", "Linear", "Recompute", "Rule", "TopN", "appendable_held", "maintenance"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,27 @@ def held_sources(rule: Rule) -> dict[str, str]:
     if isinstance(rule, Aggregate) and rule.beside:
         held.update(dict.fromkeys(rule.sources[-rule.beside:], HELD_ABOVE))
     return held
+
+
+def growing_occurrences(rule: Rule) -> set[int]:
+    """The occurrences read in an EXISTS or IN conjunct of WHERE (`growing`): an append to them is
+    maintained, a rewrite recomputes."""
+    if isinstance(rule, Recompute):
+        return set()
+    return {start + i for tree, start in read_trees(rule) for i in growing(tree)}
+
+
+def appendable_held(rule: Rule) -> set[str]:
+    """The held sources (`held_sources`) an append to which is maintained: every place they are held
+    is one they only grow the result from (`growing_occurrences`)."""
+    if isinstance(rule, Recompute):
+        return set()
+    grows = growing_occurrences(rule)
+    stopping = {rule.sources[start + i] for tree, start in read_trees(rule) for i in held_still(tree)
+                if start + i not in grows}
+    if isinstance(rule, Aggregate) and rule.beside:
+        stopping.update(rule.sources[-rule.beside:])
+    return set(held_sources(rule)) - stopping
 
 
 def maintenance(query: str) -> Rule:

@@ -26,7 +26,8 @@ from mt_magic.incremental.distinct_pairs import retractable
 from mt_magic.incremental.cost import Estimate, SourceBytes, Within, estimate, estimate_below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.plan import maintained_plan
-from mt_magic.incremental.rules import Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, maintenance
+from mt_magic.incremental.rules import (Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, growing_occurrences,
+                                        maintenance)
 from mt_magic.incremental.provenance import FILE
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
 from mt_magic.refresh.key_bounds import Bounds, key_bounds
@@ -278,7 +279,7 @@ class Chooser:
             partials = sum(size for size, _ in self.files.listing(kept.folder).values()) \
                 if self.files.exists(kept.folder) else 0
             return estimate_below(kept.source, sources, partials, state or 0)
-        return estimate(branches, sources, state, within)
+        return estimate(branches, sources, state, within, growing_occurrences(rule))
 
 
 def table_reading(table: MaterializedTable) -> Reading:

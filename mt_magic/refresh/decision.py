@@ -17,7 +17,7 @@ from mt_magic.config import REFRESH_POLICY
 from mt_magic.incremental.below_join import below
 from mt_magic.incremental.cost import Estimate
 from mt_magic.incremental.provenance import OTHER_BRANCHES, keepable, subtracts
-from mt_magic.incremental.rules import Aggregate, Linear, Recompute, Rule, TopN, held_sources
+from mt_magic.incremental.rules import Aggregate, Linear, Recompute, Rule, TopN, appendable_held, held_sources
 from mt_magic.refresh.changes import (Change, Relative, Snapshot, SourceChange, SourceDelta, compare, deltas,
                                       volatile)
 from mt_magic.refresh.choice import STATEFUL, Choice, Known, Reading
@@ -254,7 +254,9 @@ def choose(situation: Situation, rebuild: bool = False) -> Choice:
                 return Choice(rule, False, retraction, readings)
         if changes[source].change is SourceChange.UNKNOWN:
             return Choice(rule, False, f"no manifest of the files {source} had", readings)
+    appendable = appendable_held(rule)
     held = [(s, where) for s, where in held_sources(rule).items() if changes[s].change is not SourceChange.UNCHANGED
+            and not (changes[s].change is SourceChange.APPENDED and s in appendable)
             and not (retraction is not None and retraction.way is Way.REJOINED and retraction.source == s)]
     if held:
         return Choice(rule, False, f"{held[0][0]} changed: it is read {held[0][1]}", readings)

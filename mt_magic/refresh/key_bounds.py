@@ -53,11 +53,12 @@ def key_bounds(rule: Any, readings: dict[str, Any], changes: dict[str, SourceDel
             used.append((pair, bound))
 
     def within(i: int, j: int, new: bool) -> int | None:
+        """Of occurrence j, what a read within i's keys scans (j = i: its old rows, within its own)."""
         other = readings[rule.sources[j]]
         delta = changes[rule.sources[j]]
-        scans = [footer_bytes_within(other.format, delta.files if new else delta.kept, pair.other_column,
-                                     bound.low, bound.high)
-                 for pair, bound in used if pair.occurrence == i and pair.other == j]
+        scans = [footer_bytes_within(other.format, delta.files if new else delta.kept,
+                                     pair.column if j == i else pair.other_column, bound.low, bound.high)
+                 for pair, bound in used if pair.occurrence == i and j in (i, pair.other)]
         known = [s for s in scans if s is not None]
         return min(known) if known else None
 
