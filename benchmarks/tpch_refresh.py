@@ -106,7 +106,7 @@ def tpch(spark, gateway, equal, timed) -> dict[str, dict[int, tuple]]:
         gateway.execute(f"CREATE MATERIALIZED TABLE q{number:02d} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL "
                         f"AS {query}")
         spark.sql(f"CREATE TABLE p{number:02d} USING parquet AS {query}")
-        spark.sql(f"CREATE TABLE f{number:02d} USING parquet AS {query} LIMIT 0")
+        spark.sql(f"CREATE TABLE f{number:02d} USING parquet AS SELECT * FROM p{number:02d} WHERE false")
     found: dict[str, dict[int, tuple]] = {}
     for change, make in zip(CHANGES, (rf1, rf2), strict=True):
         before = files(spark)
