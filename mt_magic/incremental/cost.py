@@ -102,10 +102,9 @@ def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceByte
                         if bounded is None else \
                         parts.add(f"joining {source}'s change with {other}'s row groups within its keys",
                                   min(whole, bounded))
-            if start + i in growing:
-                bounded = within(start + i, start + i, False) if within is not None else None
+            if start + i in growing:       # Spark's semi- and anti-joins of subqueries bound nothing
                 incremental += parts.add(f"checking the rows {source}'s change lets pass against its old rows",
-                                         sources[source].old if bounded is None else min(sources[source].old, bounded))
+                                         sources[source].old)
         start += len(occurrences)
     if state_bytes is not None:
         incremental += parts.add(_MERGING, STATE_PASSES * state_bytes)

@@ -45,32 +45,36 @@ def key_bounds(rule: Any, readings: dict[str, Any], changes: dict[str, SourceDel
 
     bounds: dict[int, dict[str, KeyBound]] = {}
     used: list[tuple[KeyPair, KeyBound]] = []
+    summaries: dict[str, Any] = {}      # an appended source's footers, read once whatever its bounded keys
     for pair in key_pairs(rule, columns):
         source = rule.sources[pair.occurrence]
-        bound = bounds.get(pair.occurrence, {}).get(pair.column) or _bound(readings[source], changes[source], pair.column)
+        bound = bounds.get(pair.occurrence, {}).get(pair.column) or \
+            _bound(readings[source], changes[source], pair.column, summaries, source)
         if bound is not None:
             bounds.setdefault(pair.occurrence, {})[pair.column] = bound
             used.append((pair, bound))
 
     def within(i: int, j: int, new: bool) -> int | None:
-        """Of occurrence j, what a read within i's keys scans (j = i: its old rows, within its own)."""
         other = readings[rule.sources[j]]
         delta = changes[rule.sources[j]]
-        scans = [footer_bytes_within(other.format, delta.files if new else delta.kept,
-                                     pair.column if j == i else pair.other_column, bound.low, bound.high)
-                 for pair, bound in used if pair.occurrence == i and j in (i, pair.other)]
+        scans = [footer_bytes_within(other.format, delta.files if new else delta.kept, pair.other_column,
+                                     bound.low, bound.high)
+                 for pair, bound in used if pair.occurrence == i and pair.other == j]
         known = [s for s in scans if s is not None]
         return min(known) if known else None
 
     return {i: tuple(found.values()) for i, found in bounds.items()}, within
 
 
-def _bound(reading: Any, delta: SourceDelta, column: str) -> KeyBound | None:
-    """The range of `column` in the appended files, from their footers (of a whole-number or date key)."""
+def _bound(reading: Any, delta: SourceDelta, column: str, summaries: dict[str, Any], source: str) -> KeyBound | None:
+    """The range of `column` in the appended files, from their footers (of a whole-number or date key);
+    `summaries`: the footers read so far, by source."""
     field = next((f for f in reading.schema.fields if f.name == column), None)
     if delta.change is not SourceChange.APPENDED or not delta.added or field is None or \
             not isinstance(field.dataType, _BOUNDED_TYPES) or column in reading.partition_columns:
         return None
-    summary = footer_summary(reading.format, delta.added)
+    if source not in summaries:
+        summaries[source] = footer_summary(reading.format, delta.added)
+    summary = summaries[source]
     found = summary[1].get(column) if summary is not None else None
     return KeyBound(column, found[0], found[1]) if found is not None else None
