@@ -28,6 +28,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
+from mt_magic.incremental.linear import term_trees
 from mt_magic.incremental.rules import (Aggregate, DistinctCount, Linear, Recompute, TopN, appendable_held,
                                         held_sources, maintenance)
 from mt_magic.spark.kind import is_connect
@@ -219,6 +220,10 @@ def test_the_rules_classify_the_shapes():
                               ("a IN (SELECT MAX(k) FROM db.u)", set()),
                               ("EXISTS (SELECT 1 FROM db.u JOIN db.v ON u.k = v.k WHERE u.k = t.a)", set())):
         assert appendable_held(maintenance(f"SELECT a FROM db.t WHERE {where}")) == appendable, where
+    valued = maintenance("SELECT a FROM db.t WHERE (SELECT MAX(b) FROM db.v WHERE v.c = t.a) IN (SELECT k FROM db.u)")
+    [term] = term_trees(valued.branches[0], valued.sources, 0, {"db.u"}, lambda i, version: f"r{i}_{version.value}")
+    assert term.sql(dialect="spark").endswith(       # the guard reads the old rows of the IN's own table
+        "AND NOT (((SELECT MAX(b) FROM r1_new AS v WHERE v.c = t.a) IN (SELECT k FROM r2_old AS u)) IS TRUE)")
     summed = maintenance("SELECT a, SUM(b) AS s FROM t WHERE b > (SELECT AVG(c) FROM u) GROUP BY a")
     assert isinstance(summed, Aggregate) and [p.expression for p in summed.partials] == ["SUM(b)"]
 

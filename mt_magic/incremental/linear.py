@@ -87,7 +87,8 @@ def _not_before(term: exp.Select, occurrence: int, old: str) -> None:
     before = predicate.copy()
     relation = exp.to_table(old, dialect=DIALECT)
     relation.set("alias", appended.args["alias"].copy())
-    tables(before)[0].replace(relation)
+    position = next(k for k, table in enumerate(tables(predicate)) if table is appended)   # an IN's value may read one too
+    tables(before)[position].replace(relation)
     guard = exp.not_(before) if isinstance(before, exp.Exists) else \
         exp.not_(exp.paren(exp.Is(this=exp.paren(before), expression=exp.true())))
     predicate.replace(exp.and_(predicate.copy(), guard))
