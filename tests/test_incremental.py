@@ -43,9 +43,10 @@ SHAPES = {   # name → (query, the plain sources it reads)
     "joined": ("SELECT s.ds, d.name, s.amount FROM sales s JOIN dim d ON s.product_id = d.id", {"sales", "dim"}),
     "agg": ("SELECT ds, COUNT(*) AS n, COUNT(amount) AS na, SUM(amount) AS total, AVG(amount) AS mean, "
             "MIN(amount) AS lo, MAX(product_id) AS hi FROM sales GROUP BY ds HAVING COUNT(*) > 1", {"sales"}),
-    "whole": ("SELECT COUNT(*) AS n, SUM(amount) AS total, MAX(ds) AS last FROM sales", {"sales"}),
-    "topagg": ("SELECT ds, SUM(amount) AS total, COUNT(*) AS n FROM sales GROUP BY ds "
-               "ORDER BY total DESC NULLS LAST, 1 LIMIT 2", {"sales"}),
+    "whole": ("SELECT COUNT(*) AS n, SUM(amount) AS total, MAX(ds) AS last, COUNT(DISTINCT product_id) AS products, "
+              "SUM(DISTINCT amount) AS amounts FROM sales", {"sales"}),
+    "topagg": ("SELECT ds, SUM(amount) AS total, COUNT(*) AS n, COUNT(DISTINCT product_id) AS np FROM sales GROUP BY ds "
+               "ORDER BY total DESC NULLS LAST, np, 1 LIMIT 2", {"sales"}),
     "joinagg": ("SELECT d.name, SUM(s.amount) AS total, COUNT(*) AS n FROM sales s JOIN dim d "
                 "ON s.product_id = d.id GROUP BY d.name", {"sales", "dim"}),
     "nestagg": ("SELECT x.ds, SUM(x.a2) AS s, COUNT(*) FILTER (WHERE x.a2 > 4) AS n FROM (SELECT s.ds, s.amount * 2 AS a2 FROM sales s "
@@ -185,9 +186,9 @@ def test_the_rules_classify_the_shapes():
                              ("SELECT * FROM t ORDER BY a LIMIT 3", "an unnamed output"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a ORDER BY 2", "ORDER BY"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a LIMIT 2", "LIMIT"),
-                             ("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY a ORDER BY 2 LIMIT 2", "COUNT(DISTINCT"),
                              ("SELECT a FROM t FULL OUTER JOIN u ON t.a = u.a", "FULL OUTER JOIN"),
-                             ("SELECT COUNT(DISTINCT a), SUM(b) FROM t", "COUNT(DISTINCT …) beside other"),
+                             ("SELECT COUNT(DISTINCT a, b), SUM(b) FROM t", "COUNT(…) of several columns"),
+                             ("SELECT a, collect_set(DISTINCT b) FROM t GROUP BY a", "COLLECT_SET(…) over DISTINCT"),
                              ("SELECT a, ROW_NUMBER() OVER (ORDER BY b) FROM t", "the window function ROW_NUMBER(…)"),
                              ("SELECT DISTINCT a, COUNT(*) FROM t GROUP BY a", "SELECT DISTINCT over an aggregate"),
                              ("SELECT a + 1 FROM t UNION SELECT a FROM u", "UNION whose columns are not all named"),
@@ -199,13 +200,22 @@ def test_the_rules_classify_the_shapes():
                              ("SELECT a, SUM(b) FROM t GROUP BY a HAVING SUM(b) > (SELECT MIN(c) FROM u)", "a subquery"),
                              ("SELECT a, SUM(b), (SELECT MIN(c) FROM u) AS m FROM t GROUP BY a", "a subquery"),
                              ("SELECT collect_list(a) FROM t", "the aggregate"),
-                             ("SELECT a, GROUPING(a), SUM(b) FROM t GROUP BY ROLLUP (a)", "GROUPING(…)"),
-                             ("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY CUBE (a)", "GROUPING SETS over COUNT(DIS")]:
+                             ("SELECT a, GROUPING(a), SUM(b) FROM t GROUP BY ROLLUP (a)", "GROUPING(…)")]:
         found = maintenance(query)
         assert isinstance(found, Recompute) and construct in found.reason, (query, found)
     # A subquery expression's own aggregate or window is its own: the query is linear in what it filters.
     assert isinstance(maintenance("SELECT a FROM t WHERE a IN (SELECT MAX(a) FROM u) AND b > ALL "
                                   "(SELECT c FROM (SELECT c, RANK() OVER (ORDER BY c) AS r FROM v) WHERE r = 1)"), Linear)
+    # DISTINCT aggregates beside others, of several values, under a top-N or grouping sets: their values are
+    # finer keys of the state, counted again per group (COUNT(DISTINCT) alone keeps its pairs).
+    for query, values in [("SELECT COUNT(DISTINCT a), SUM(b) FROM t", ("a",)),
+                          ("SELECT c, COUNT(DISTINCT a), SUM(DISTINCT b), AVG(DISTINCT b), MIN(DISTINCT a), COUNT(*) "
+                           "FROM t GROUP BY c HAVING COUNT(DISTINCT a) > 1", ("b", "a")),
+                          ("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY a ORDER BY 2 LIMIT 2", ("b",)),
+                          ("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY CUBE (a)", ("b",))]:
+        found = maintenance(query)
+        assert isinstance(found, Aggregate) and set(found.keys[len(found.written_keys):]) == set(values), (query, found)
+    assert isinstance(maintenance("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY a"), DistinctCount)
     # An aggregate (a DISTINCT) read as a subquery by a query reading nothing else: kept, the query above
     # computed over it.
     assert maintenance("WITH c AS (SELECT DISTINCT a FROM t) SELECT a FROM c").above == "SELECT a FROM mt_aggregated AS c"

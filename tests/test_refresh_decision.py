@@ -65,7 +65,8 @@ def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spar
     `products` adds the rows it lets pass (under `auto`, a recompute costs less: every sale meets the
     change), and a rewrite of `products` recomputes, saying so; a query with a construct no rule maintains names it; a
     RIGHT JOIN and an ANTI JOIN say which side holds still, a scalar subquery in SELECT that its tables do;
-    a query above an aggregate it reads as a CTE (twice: TPC-H Q15's shape) is computed again over its groups."""
+    a query above an aggregate it reads as a CTE (twice: TPC-H Q15's shape) is computed again over its groups;
+    a COUNT(DISTINCT …) beside a SUM keeps its values as finer groups."""
     db = f"spark_catalog.{spark.catalog.currentDatabase()}"
     spark.sql("CREATE TABLE sales (product_id INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("INSERT INTO sales VALUES (1, 10.0, '2024-01-01'), (2, 5.0, '2024-01-01'), (1, 7.0, '2024-01-02'), "
@@ -141,3 +142,11 @@ def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spar
         "aggregate by product_id: the change's partials merged (SUM); state: 1 partial per group",
         "the query above the aggregate (it reads the aggregate's result): computed again over the groups the "
         "state holds"]
+    [distinct] = gw.execute("EXPLAIN CREATE MATERIALIZED TABLE x FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS "
+                            "SELECT ds, COUNT(DISTINCT product_id) AS products, SUM(amount) AS total FROM sales GROUP BY ds")
+    assert dict(distinct.rows)["maintained plan"].splitlines() == [
+        f"scan {db}.sales: its appended files read (its change)",
+        "aggregate by ds: the change's partials merged (SUM); state: 1 partial per group and distinct value of "
+        "product_id",
+        "DISTINCT aggregates: each group's distinct values counted again from the state (a value whose rows all "
+        "left is gone)"]

@@ -3,7 +3,8 @@ by `as_aggregate`) and HAVING, over a table, joins or linear subqueries, and an 
 it (a global top-N). A hidden state keeps, per group, each aggregate's partial (AVG as a sum and a
 count); the change's rows are merged into it by group, and the result is the state's final projection
 with HAVING applied — the top-N's rule composed over it: its first rows taken again from every group
-the state holds, so that a group leaving them is replaced (grouping sets: `grouping_sets`)."""
+the state holds, so that a group leaving them is replaced (grouping sets, and DISTINCT aggregates beside
+others — their values kept as finer keys —: `grouping_sets`)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from mt_magic.incremental.checks import (AGGREGATE_ARGS, NotMaintainable, by_out
                                          parse_expression, quoted)
 from mt_magic.incremental.occurrences import DIALECT, Names, Version, identifier, own, parse, replaced, sql, tables
 from mt_magic.incremental.distinct import DistinctCount, distinct_count
-from mt_magic.incremental.grouping_sets import finest_keys, merged_again, over_state
+from mt_magic.incremental.grouping_sets import finest_keys, merged_again, over_state, per_row
 from mt_magic.incremental.linear import term_trees
 
 ABOVE = "mt_aggregated"       # the aggregate's result, as the query above it reads it
@@ -65,14 +66,26 @@ class Aggregate:
     above: str | None = None
     own_names: tuple[str, ...] = ()
     beside: int = 0
+    values: int = 0     # the last `values` keys are DISTINCT aggregates' values, merged again per group
     per_group: ClassVar[bool] = True    # a state row per output row (before HAVING, LIMIT, grouping sets)
 
     @property
     def shown_as_kept(self) -> bool:
         """The result is the state's rows, one per group: no HAVING drops one, no LIMIT, no grouping
         sets adding others, no query above."""
-        return self.per_group and self.having is None and self.limit is None and self.grouping is None and \
+        return self.per_group and self.having is None and self.limit is None and not self.regroups and \
             self.above is None
+
+    @property
+    def regroups(self) -> bool:
+        """The result merges the state's groups again: grouping sets over its finest keys, or DISTINCT
+        aggregates over the values kept as keys beside the written ones."""
+        return self.grouping is not None or self.values > 0
+
+    @property
+    def written_keys(self) -> tuple[str, ...]:
+        """The group keys as written (without the DISTINCT aggregates' values)."""
+        return self.keys[:len(self.keys) - self.values]
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -90,8 +103,9 @@ class Aggregate:
                                    occurrences=self.occurrences, beside=self.beside)
 
     def describe(self) -> str:
-        by = ", ".join(self.keys) if self.keys else "the one group"
-        sets = ", each grouping set's groups merged again from them" if self.grouping else ""
+        by = ", ".join(self.written_keys) or "the one group"
+        sets = ", each grouping set's groups merged again from them" if self.grouping else \
+            ", each group's distinct values counted again from them" if self.values else ""
         top = f", then the first {self.limit} rows taken again from every group" if self.limit else ""
         above = ", then the query above it computed again over the groups" if self.above else ""
         return f"incremental (merge by {by}{sets}{top}{above})"
@@ -136,15 +150,22 @@ class Aggregate:
                    regrouped: bool = True) -> str:
         """The aggregate's own result from a state (under a query above it, what that query reads)."""
         finals, having, order = self.finals, self.having, self.order
-        grouped = regrouped and self.grouping is not None
+        grouped = regrouped and self.regroups
         if grouped:
-            pattern, merges = re.compile(rf"{STATE_PARTIAL}(\d+)"), [p.merge for p in self.partials]
+            pattern = re.compile(rf"{STATE_PARTIAL}(\d+)")
+            merges = [f"COALESCE({p.merge}({{}}), 0)" if p.counting and not self.written_keys and self.grouping is None else f"{p.merge}({{}})"
+                      for p in self.partials]     # (a global aggregate over no state rows counts zero)
             finals = [merged_again(f, pattern, merges) for f in finals]
             having = merged_again(having, pattern, merges) if having else None
             order = merged_again(order, pattern, merges, ordering=True) if order else None
+        elif self.values:
+            finals = [per_row(f) for f in finals]
+            having = per_row(having) if having else None
+            order = per_row(order, ordering=True) if order else None
         columns = [f"{final} AS {quoted(name)}" for final, name in zip(finals, names, strict=True)]
         columns += [f"{c} AS {quoted(name)}" for c, name in (carry or {}).items()]
-        where = (f" GROUP BY {self.grouping}" if grouped else "") + \
+        by = self.grouping or ", ".join(self.key_columns[:len(self.written_keys)])
+        where = (f" GROUP BY {by}" if grouped and by else "") + \
             (f" {'HAVING' if grouped else 'WHERE'} {having}" if having else "")
         top = f" ORDER BY {order} LIMIT {self.limit}" if self.limit else ""
         return f"SELECT {', '.join(columns)} FROM {state}{where}{top}"
@@ -194,10 +215,12 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
     for key in keys:
         if own(key, exp.AggFunc):
             raise NotMaintainable("an aggregate in GROUP BY")
-    if any(isinstance(c, exp.Count) and isinstance(c.this, exp.Distinct) for c in own(tree, exp.AggFunc)):
-        if limit is not None or sets is not None:
-            raise NotMaintainable(f"{'ORDER BY … LIMIT' if sets is None else 'GROUPING SETS'} over COUNT(DISTINCT …)")
+    if limit is None and sets is None and _one_count_distinct(tree):
         return distinct_count(tree, keys, _over_state)
+    values = _distinct_values(tree)
+    if values:      # kept as keys beside the written ones: each group's values merged again (`grouping_sets`)
+        tree = tree.copy()
+        tree.set("group", exp.Group(expressions=[k.copy() for k in keys] + [v.copy() for v in values.values()]))
     partials: list[Partial] = []
     averaged: list[int] = []
     calls: dict[str, str] = {}          # an aggregate's text → its final over the state
@@ -206,12 +229,13 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
         text = sql(call)
         if text in calls:
             return calls[text]
-        if call.find(exp.Distinct):
-            raise NotMaintainable(f"{call_name(call)} over DISTINCT values")
         if isinstance(call.parent, exp.Filter):
             raise NotMaintainable(f"{call_name(call)} with FILTER")
         j = len(partials)
-        if isinstance(call, exp.Avg):
+        if isinstance(call.this, exp.Distinct):
+            value = f"{STATE_KEY}{len(keys) + list(values).index(sql(call.this.expressions[0]))}"
+            calls[text] = f"{type(call).__name__.upper()}(DISTINCT {value})"
+        elif isinstance(call, exp.Avg):
             argument = sql(call.this)
             partials.append(Partial(f"SUM({argument})", "SUM", argument, counter=j + 1 if retractable else None))
             partials.append(Partial(f"COUNT({argument})", "SUM", _counted(argument), counting=True))
@@ -241,10 +265,34 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
     if presence is None and retractable:
         presence = len(partials)
         partials.append(Partial("COUNT(*)", "SUM", _ONE, counting=True))
-    return Aggregate(tree, tuple(identifier(t) for t in tables(tree)), tuple(sql(k) for k in keys),
+    return Aggregate(tree, tuple(identifier(t) for t in tables(tree)), tuple(sql(k) for k in [*keys, *values.values()]),
                      tuple(partials), tuple(finals), having_sql, tuple(averaged), presence, retractable,
                      order, sql(limit.expression) if limit is not None else None, written,
-                     over_state(sets, keys, lambda i: f"{STATE_KEY}{i}") if sets is not None else None)
+                     over_state(sets, keys, lambda i: f"{STATE_KEY}{i}") if sets is not None else None,
+                     values=len(values))
+
+
+def _one_count_distinct(tree: exp.Select) -> bool:
+    """The query's aggregates are all COUNT(DISTINCT v) of one value: the distinct pairs keep it
+    (`distinct`)."""
+    calls = own(tree, exp.AggFunc)
+    return bool(calls) and all(isinstance(c, exp.Count) and isinstance(c.this, exp.Distinct) and
+                               len(c.this.expressions) == 1 for c in calls) and \
+        len({sql(c.this.expressions[0]) for c in calls}) == 1 and not tree.find(exp.Anonymous)
+
+
+def _distinct_values(tree: exp.Select) -> dict[str, exp.Expression]:
+    """The values DISTINCT aggregates (COUNT, SUM, AVG, MIN, MAX) take, each once, by their text."""
+    values: dict[str, exp.Expression] = {}
+    for call in own(tree, exp.AggFunc):
+        if not isinstance(call.this, exp.Distinct):
+            continue
+        if not isinstance(call, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)):
+            raise NotMaintainable(f"{call_name(call)} over DISTINCT values")
+        if len(call.this.expressions) != 1:
+            raise NotMaintainable(f"{call_name(call)} of several columns")
+        values.setdefault(sql(call.this.expressions[0]), call.this.expressions[0])
+    return values
 
 
 def _top(tree: exp.Select) -> tuple[exp.Select, exp.Order | None, exp.Limit | None]:

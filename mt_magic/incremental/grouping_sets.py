@@ -1,9 +1,11 @@
-"""GROUPING SETS, ROLLUP and CUBE over the aggregate rule's state.
+"""GROUPING SETS, ROLLUP and CUBE, and DISTINCT aggregates, over the aggregate rule's state.
 
 The state keeps partials per group of every key the grouping sets name (the finest grouping); each
 set's groups are those partials merged again — a SUM of sums and counts, a MIN of minimums — in the
 result's own GROUP BY over the state (Spark computes the sets from it). So a change is merged into
-the finest groups only, and retractions subtract there as for any GROUP BY.
+the finest groups only, and retractions subtract there as for any GROUP BY. A DISTINCT aggregate's
+values are finer keys of the state the same way: `COUNT(DISTINCT v)` per group is `COUNT(DISTINCT _gk)`
+over the group's state rows, one per value present (a value whose rows all leave is gone with its row).
 """
 
 from __future__ import annotations
@@ -49,14 +51,27 @@ def over_state(group: exp.Group, keys: Sequence[exp.Expression], key_column: Cal
 
 def merged_again(text: str, partial: re.Pattern, merges: Sequence[str], ordering: bool = False) -> str:
     """An expression over the state (`text`; `ordering`: an ORDER BY's items) with each partial column
-    merged over the finest groups a set's group holds (its merge: SUM, MIN or MAX)."""
+    merged over the finest groups a set's group holds (its merge, a template: `SUM({})`, `MIN({})`)."""
     def merge(node: exp.Expression) -> exp.Expression:
         found = partial.fullmatch(node.name) if isinstance(node, exp.Column) and not node.table else None
-        return parse_expression(f"{merges[int(found.group(1))]}({node.name})") if found else node
+        return parse_expression(merges[int(found.group(1))].format(node.name)) if found else node
+    return _transformed(text, merge, ordering)
+
+
+def per_row(text: str, ordering: bool = False) -> str:
+    """An expression over the state as one state row computes it: a DISTINCT aggregate of a value key
+    as that value (what Spark judges of each row's outputs; their merge is the rule's own aggregate)."""
+    def value(node: exp.Expression) -> exp.Expression:
+        return node.this.expressions[0].copy() if isinstance(node, exp.AggFunc) and \
+            isinstance(node.this, exp.Distinct) else node
+    return _transformed(text, value, ordering)
+
+
+def _transformed(text: str, change, ordering: bool) -> str:
     if not ordering:
-        return sql(parse_expression(text).transform(merge))
+        return sql(parse_expression(text).transform(change))
     order = parse_expression(f"SELECT * FROM state ORDER BY {text}").args["order"]
-    return ", ".join(sql(item.transform(merge)) for item in order.expressions)
+    return ", ".join(sql(item.transform(change)) for item in order.expressions)
 
 
 def _members(construct: exp.Expression) -> list[exp.Expression]:

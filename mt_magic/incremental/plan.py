@@ -36,14 +36,19 @@ def maintained_plan(rule: Rule) -> list[str]:
 
 
 def _aggregated(rule: Aggregate) -> list[str]:
-    by = ", ".join(rule.keys) or "the one group"
+    by = ", ".join(rule.written_keys) or "the one group"
+    values = rule.keys[len(rule.written_keys):]
     merges = ", ".join(dict.fromkeys(p.merge for p in rule.partials))
     count = len(rule.partials)
     lines = [f"aggregate by {by}: the change's partials merged ({merges}); "
-             f"state: {count} partial{'s' if count != 1 else ''} per group"]
+             f"state: {count} partial{'s' if count != 1 else ''} per group"
+             + (f" and distinct value of {', '.join(values)}" if values else "")]
     if rule.grouping:
         kind = rule.grouping.split("(")[0].strip()
         lines.append(f"{kind}: each grouping set's groups merged again from the state")
+    if values:
+        lines.append("DISTINCT aggregates: each group's distinct values counted again from the state "
+                     "(a value whose rows all left is gone)")
     if rule.having:
         lines.append("HAVING: applied to the merged groups")
     if rule.limit:

@@ -8,12 +8,12 @@ Each rule lives in its module (`linear`, `aggregate`, `topn`); this one picks it
   the occurrences before i read their new files, i its appended ones, those after their old files),
   and it is merged by adding files.
 - `Aggregate`: one SELECT with GROUP BY (or a global aggregate, or grouping sets) over such a query,
-  with COUNT, SUM, AVG, MIN, MAX (FILTER too) and HAVING, and an ORDER BY … LIMIT over it; SELECT
+  with COUNT, SUM, AVG, MIN, MAX (FILTER and DISTINCT too) and HAVING, and an ORDER BY … LIMIT over it; SELECT
   DISTINCT and UNION as the GROUP BY they are (`as_aggregate`). A hidden state keeps, per group, each
   aggregate's partial (AVG as a sum and a count); the change's partials are merged into it by group,
   and the result is the state's final projection with HAVING applied. Read as a subquery by a query
   that reads nothing else (`nested`), the query above is computed again over that projection.
-- `DistinctCount`: COUNT(DISTINCT x) per group: the distinct (group, x) pairs, added to.
+- `DistinctCount`: COUNT(DISTINCT x) per group, alone: the distinct (group, x) pairs, added to.
 - `TopN`: ROW_NUMBER / RANK / DENSE_RANK ≤ N per key, and ORDER BY … LIMIT N over no aggregate: the
   ranked rows within N, re-ranked with the change's rows.
 - `Recompute`: anything else, with the construct that stops it named.

@@ -160,14 +160,15 @@ class Chooser:
                                "Analysing the state") if isinstance(rule, Aggregate) and rule.averaged else None
             state = query_frame(self.spark, state_sql)
             probe = f"mt_state_{uuid.uuid4().hex[:10]}"
-            # (grouping sets judged per state row: what merges them again is the rule's own aggregate)
+            # (grouping sets and DISTINCT aggregates judged per state row: what merges them again is the
+            # rule's own aggregate)
             output = rule.output(probe, table.query_columns, regrouped=False) \
-                if isinstance(rule, Aggregate) and rule.grouping else rule.output(probe, table.query_columns)
+                if isinstance(rule, Aggregate) and rule.regroups else rule.output(probe, table.query_columns)
             if isinstance(rule, Aggregate) and rule.above is not None:
                 with query_over(self.spark, output, {probe: state}) as above:   # it analyses, over the state
                     spark_call(lambda: above.schema, "Analysing the query above the aggregate")
                 # judged by its own aggregate's result: the query above aggregates what that result holds
-                output = rule.own_output(probe, rule.own_names, regrouped=not rule.grouping)
+                output = rule.own_output(probe, rule.own_names, regrouped=not rule.regroups)
             with query_over(self.spark, output, {probe: state}) as out:
                 found = analysed_operators(out, outside=probe) & ({"Window"} if isinstance(rule, DistinctCount)
                                                                   else {"Aggregate", "Window"})
