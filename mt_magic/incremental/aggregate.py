@@ -159,9 +159,10 @@ class Aggregate:
             having = merged_again(having, pattern, merges) if having else None
             order = merged_again(order, pattern, merges, ordering=True) if order else None
         elif self.values:
-            finals = [per_row(f) for f in finals]
-            having = per_row(having) if having else None
-            order = per_row(order, ordering=True) if order else None
+            values = self.key_columns[len(self.written_keys):]
+            finals = [per_row(f, values) for f in finals]
+            having = per_row(having, values) if having else None
+            order = per_row(order, values, ordering=True) if order else None
         columns = [f"{final} AS {quoted(name)}" for final, name in zip(finals, names, strict=True)]
         columns += [f"{c} AS {quoted(name)}" for c, name in (carry or {}).items()]
         by = self.grouping or ", ".join(self.key_columns[:len(self.written_keys)])
@@ -234,7 +235,9 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
         j = len(partials)
         if isinstance(call.this, exp.Distinct):
             value = f"{STATE_KEY}{len(keys) + list(values).index(sql(call.this.expressions[0]))}"
-            calls[text] = f"{type(call).__name__.upper()}(DISTINCT {value})"
+            # (a state row per group and value: one value's are distinct already, several values' are not)
+            distinct = "DISTINCT " if len(values) > 1 else ""
+            calls[text] = f"{type(call).__name__.upper()}({distinct}{value})"
         elif isinstance(call, exp.Avg):
             argument = sql(call.this)
             partials.append(Partial(f"SUM({argument})", "SUM", argument, counter=j + 1 if retractable else None))

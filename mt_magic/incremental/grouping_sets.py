@@ -11,7 +11,7 @@ over the group's state rows, one per value present (a value whose rows all leave
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from sqlglot import exp
 
@@ -58,12 +58,15 @@ def merged_again(text: str, partial: re.Pattern, merges: Sequence[str], ordering
     return _transformed(text, merge, ordering)
 
 
-def per_row(text: str, ordering: bool = False) -> str:
-    """An expression over the state as one state row computes it: a DISTINCT aggregate of a value key
-    as that value (what Spark judges of each row's outputs; their merge is the rule's own aggregate)."""
+def per_row(text: str, values: Collection[str], ordering: bool = False) -> str:
+    """An expression over the state as one state row computes it: an aggregate of a value key (one of
+    `values`) as that value (what Spark judges of each row's outputs; their merge is the rule's own
+    aggregate)."""
     def value(node: exp.Expression) -> exp.Expression:
-        return node.this.expressions[0].copy() if isinstance(node, exp.AggFunc) and \
-            isinstance(node.this, exp.Distinct) else node
+        if not isinstance(node, exp.AggFunc):
+            return node
+        argument = node.this.expressions[0] if isinstance(node.this, exp.Distinct) else node.this
+        return argument.copy() if isinstance(argument, exp.Column) and argument.name in values else node
     return _transformed(text, value, ordering)
 
 
