@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import STATE_KEY, STATE_PARTIAL, Aggregate
-from mt_magic.incremental.checks import IN_SUBQUERY, held_still, parse_expression, quoted
+from mt_magic.incremental.checks import IN_SUBQUERY, conjuncts, held_still, parse_expression, quoted
 from mt_magic.incremental.occurrences import replaced, sql, tables
 from mt_magic.incremental.provenance import PARTITION
 
@@ -46,13 +46,13 @@ def below(rule: Aggregate, occurrence: int) -> Below | None:
         if any(c.table.lower() != alias.lower() for c in parse_expression(partial.row).find_all(exp.Column)):
             return None
     where = rule.select.args.get("where")
-    conjuncts = _conjuncts(where.this) if where is not None else []
-    pushed = [c for c in conjuncts if _over(c, alias)]
+    parts = conjuncts(where.this) if where is not None else []
+    pushed = [c for c in parts if _over(c, alias)]
     outside = rule.select.copy()
     outside.set("having", None)
     outside.set("where", None)
     interface: dict[str, None] = {}
-    for node in [outside, *(c for c in conjuncts if not _over(c, alias))]:
+    for node in [outside, *(c for c in parts if not _over(c, alias))]:
         for column in node.find_all(exp.Column):
             if column.find_ancestor(exp.AggFunc) is not None:
                 continue
@@ -96,7 +96,7 @@ def joined_partials(rule: Aggregate, kept: Below, partials: str, reading: Callab
     tree = replaced(rule.select, lambda i: partials if i == kept.occurrence else reading(i))
     where = tree.args.get("where")
     if where is not None:
-        left = [c for c in _conjuncts(where.this) if not _over(c, kept.alias)]
+        left = [c for c in conjuncts(where.this) if not _over(c, kept.alias)]
         tree.set("where", exp.Where(this=exp.and_(*left)) if left else None)
     group = tree.args.get("group")
     keys = [exp.alias_(k.copy(), f"{STATE_KEY}{i}") for i, k in enumerate(group.expressions)] if group else []
@@ -111,10 +111,6 @@ def joined_partials(rule: Aggregate, kept: Below, partials: str, reading: Callab
     if rows:
         tree.set("group", None)
     return sql(tree)
-
-
-def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
-    return list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
 
 
 def _over(conjunct: exp.Expression, alias: str) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import Aggregate
+from mt_magic.incremental.checks import conjuncts
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import tables
@@ -59,11 +60,11 @@ def key_pairs(rule: Linear | Aggregate | DistinctCount | TopN,
 def _inner_conjuncts(scope: exp.Select) -> Iterator[exp.Expression]:
     where = scope.args.get("where")
     if where is not None:
-        yield from where.this.flatten() if isinstance(where.this, exp.And) else [where.this]
+        yield from conjuncts(where.this)
     for join in scope.args.get("joins") or []:
         on = join.args.get("on")
         if on is not None and not join.side and join.kind in ("", "INNER", "CROSS"):
-            yield from on.flatten() if isinstance(on, exp.And) else [on]
+            yield from conjuncts(on)
 
 
 def _resolved(node: exp.Expression, scope: exp.Select, direct: list[exp.Table], index: dict[int, int],
