@@ -153,8 +153,9 @@ class Aggregate:
         grouped = regrouped and self.regroups
         if grouped:
             pattern = re.compile(rf"{STATE_PARTIAL}(\d+)")
-            merges = [f"COALESCE({p.merge}({{}}), 0)" if p.counting and not self.written_keys and self.grouping is None else f"{p.merge}({{}})"
-                      for p in self.partials]     # (a global aggregate over no state rows counts zero)
+            global_ = not self.written_keys and self.grouping is None    # (over no state rows it counts zero)
+            merges = [f"COALESCE({p.merge}({{}}), 0)" if p.counting and global_ else f"{p.merge}({{}})"
+                      for p in self.partials]
             finals = [merged_again(f, pattern, merges) for f in finals]
             having = merged_again(having, pattern, merges) if having else None
             order = merged_again(order, pattern, merges, ordering=True) if order else None

@@ -4,8 +4,9 @@ The state keeps partials per group of every key the grouping sets name (the fine
 set's groups are those partials merged again — a SUM of sums and counts, a MIN of minimums — in the
 result's own GROUP BY over the state (Spark computes the sets from it). So a change is merged into
 the finest groups only, and retractions subtract there as for any GROUP BY. A DISTINCT aggregate's
-values are finer keys of the state the same way: `COUNT(DISTINCT v)` per group is `COUNT(DISTINCT _gk)`
-over the group's state rows, one per value present (a value whose rows all leave is gone with its row).
+values are finer keys of the state the same way: `COUNT(DISTINCT v)` per group counts the value column
+over the group's state rows, one per value present (a value whose rows all leave is gone with its row);
+DISTINCT again only where the values of several DISTINCT columns multiply those rows.
 """
 
 from __future__ import annotations
