@@ -3,8 +3,7 @@ by `as_aggregate`) and HAVING, over a table, joins or linear subqueries, and an 
 it (a global top-N). A hidden state keeps, per group, each aggregate's partial (AVG as a sum and a
 count); the change's rows are merged into it by group, and the result is the state's final projection
 with HAVING applied — the top-N's rule composed over it: its first rows taken again from every group
-the state holds, so that a group leaving them is replaced (grouping sets, and DISTINCT aggregates beside
-others — their values kept as finer keys —: `grouping_sets`)."""
+the state holds, so that a group leaving them is replaced (grouping sets, DISTINCT aggregates: `grouping_sets`)."""
 
 from __future__ import annotations
 
@@ -21,8 +20,8 @@ from mt_magic.incremental.as_aggregate import unfiltered
 from mt_magic.incremental.checks import (AGGREGATE_ARGS, NotMaintainable, by_outputs, call_name, check_select,
                                          parse_expression, quoted)
 from mt_magic.incremental.occurrences import DIALECT, Names, Version, identifier, own, parse, replaced, sql, tables
-from mt_magic.incremental.distinct import DistinctCount, distinct_count
-from mt_magic.incremental.grouping_sets import finest_keys, merged_again, over_state, per_row
+from mt_magic.incremental.distinct import DistinctCount, counts_one_distinct, distinct_count
+from mt_magic.incremental.grouping_sets import distinct_values, finest_keys, merged_again, over_state, per_row
 from mt_magic.incremental.linear import term_trees
 
 ABOVE = "mt_aggregated"       # the aggregate's result, as the query above it reads it
@@ -78,14 +77,12 @@ class Aggregate:
 
     @property
     def regroups(self) -> bool:
-        """The result merges the state's groups again: grouping sets over its finest keys, or DISTINCT
-        aggregates over the values kept as keys beside the written ones."""
+        """The result merges the state's groups again (grouping sets, or DISTINCT aggregates' values)."""
         return self.grouping is not None or self.values > 0
 
     @property
     def written_keys(self) -> tuple[str, ...]:
-        """The group keys as written (without the DISTINCT aggregates' values)."""
-        return self.keys[:len(self.keys) - self.values]
+        return self.keys[:len(self.keys) - self.values]     # (without the DISTINCT aggregates' values)
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -152,17 +149,15 @@ class Aggregate:
         finals, having, order = self.finals, self.having, self.order
         grouped = regrouped and self.regroups
         if grouped:
-            pattern = re.compile(rf"{STATE_PARTIAL}(\d+)")
-            global_ = not self.written_keys and self.grouping is None    # (over no state rows it counts zero)
-            merges = [f"COALESCE({p.merge}({{}}), 0)" if p.counting and global_ else f"{p.merge}({{}})"
-                      for p in self.partials]
+            pattern = re.compile(rf"{STATE_PARTIAL}(\d+)")    # (a global count over no state rows is zero)
+            merges = [f"COALESCE({p.merge}({{}}), 0)" if p.counting and not self.written_keys and self.grouping is None
+                      else f"{p.merge}({{}})" for p in self.partials]
             finals = [merged_again(f, pattern, merges) for f in finals]
             having = merged_again(having, pattern, merges) if having else None
             order = merged_again(order, pattern, merges, ordering=True) if order else None
         elif self.values:
             values = self.key_columns[len(self.written_keys):]
-            finals = [per_row(f, values) for f in finals]
-            having = per_row(having, values) if having else None
+            finals, having = [per_row(f, values) for f in finals], per_row(having, values) if having else None
             order = per_row(order, values, ordering=True) if order else None
         columns = [f"{final} AS {quoted(name)}" for final, name in zip(finals, names, strict=True)]
         columns += [f"{c} AS {quoted(name)}" for c, name in (carry or {}).items()]
@@ -217,10 +212,10 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
     for key in keys:
         if own(key, exp.AggFunc):
             raise NotMaintainable("an aggregate in GROUP BY")
-    if limit is None and sets is None and _one_count_distinct(tree):
+    if limit is None and sets is None and counts_one_distinct(tree):
         return distinct_count(tree, keys, _over_state)
-    values = _distinct_values(tree)
-    if values:      # kept as keys beside the written ones: each group's values merged again (`grouping_sets`)
+    values = distinct_values(tree)
+    if values:      # kept as keys beside the written ones (`grouping_sets`)
         tree = tree.copy()
         tree.set("group", exp.Group(expressions=[k.copy() for k in keys] + [v.copy() for v in values.values()]))
     partials: list[Partial] = []
@@ -236,8 +231,7 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
         j = len(partials)
         if isinstance(call.this, exp.Distinct):
             value = f"{STATE_KEY}{len(keys) + list(values).index(sql(call.this.expressions[0]))}"
-            # (a state row per group and value: one value's are distinct already, several values' are not)
-            distinct = "DISTINCT " if len(values) > 1 else ""
+            distinct = "DISTINCT " if len(values) > 1 else ""   # (one value's state rows are distinct already)
             calls[text] = f"{type(call).__name__.upper()}({distinct}{value})"
         elif isinstance(call, exp.Avg):
             argument = sql(call.this)
@@ -274,29 +268,6 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
                      order, sql(limit.expression) if limit is not None else None, written,
                      over_state(sets, keys, lambda i: f"{STATE_KEY}{i}") if sets is not None else None,
                      values=len(values))
-
-
-def _one_count_distinct(tree: exp.Select) -> bool:
-    """The query's aggregates are all COUNT(DISTINCT v) of one value: the distinct pairs keep it
-    (`distinct`)."""
-    calls = own(tree, exp.AggFunc)
-    return bool(calls) and all(isinstance(c, exp.Count) and isinstance(c.this, exp.Distinct) and
-                               len(c.this.expressions) == 1 for c in calls) and \
-        len({sql(c.this.expressions[0]) for c in calls}) == 1 and not tree.find(exp.Anonymous)
-
-
-def _distinct_values(tree: exp.Select) -> dict[str, exp.Expression]:
-    """The values DISTINCT aggregates (COUNT, SUM, AVG, MIN, MAX) take, each once, by their text."""
-    values: dict[str, exp.Expression] = {}
-    for call in own(tree, exp.AggFunc):
-        if not isinstance(call.this, exp.Distinct):
-            continue
-        if not isinstance(call, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)):
-            raise NotMaintainable(f"{call_name(call)} over DISTINCT values")
-        if len(call.this.expressions) != 1:
-            raise NotMaintainable(f"{call_name(call)} of several columns")
-        values.setdefault(sql(call.this.expressions[0]), call.this.expressions[0])
-    return values
 
 
 def _top(tree: exp.Select) -> tuple[exp.Select, exp.Order | None, exp.Limit | None]:

@@ -10,7 +10,7 @@ from sqlglot import exp
 
 from mt_magic.incremental.checks import quoted
 from mt_magic.incremental.linear import term_trees
-from mt_magic.incremental.occurrences import Names, Version, identifier, replaced, sql, tables
+from mt_magic.incremental.occurrences import Names, Version, identifier, own, replaced, sql, tables
 
 STATE_KEY = "_g"
 STATE_VALUE = "_d"
@@ -77,3 +77,12 @@ def distinct_count(tree: exp.Select, keys: list[exp.Expression], over_state) -> 
     having = tree.args.get("having")
     return DistinctCount(tree, tuple(identifier(t) for t in tables(tree)), tuple(sql(k) for k in keys),
                          tuple(finals), over_state(having.this, keys, final) if having is not None else None)
+
+
+def counts_one_distinct(tree: exp.Select) -> bool:
+    """The query's aggregates are all COUNT(DISTINCT v) of one value: the distinct pairs keep it
+    (`distinct`)."""
+    calls = own(tree, exp.AggFunc)
+    return bool(calls) and all(isinstance(c, exp.Count) and isinstance(c.this, exp.Distinct) and
+                               len(c.this.expressions) == 1 for c in calls) and \
+        len({sql(c.this.expressions[0]) for c in calls}) == 1 and not tree.find(exp.Anonymous)

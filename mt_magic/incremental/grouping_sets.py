@@ -16,8 +16,8 @@ from collections.abc import Callable, Collection, Sequence
 
 from sqlglot import exp
 
-from mt_magic.incremental.checks import NotMaintainable, parse_expression
-from mt_magic.incremental.occurrences import sql
+from mt_magic.incremental.checks import NotMaintainable, call_name, parse_expression
+from mt_magic.incremental.occurrences import own, sql
 
 _CONSTRUCTS = (exp.Rollup, exp.Cube, exp.GroupingSets)
 
@@ -88,3 +88,17 @@ def _members(construct: exp.Expression) -> list[exp.Expression]:
         else:
             members.append(item)
     return members
+
+
+def distinct_values(tree: exp.Select) -> dict[str, exp.Expression]:
+    """The values DISTINCT aggregates (COUNT, SUM, AVG, MIN, MAX) take, each once, by their text."""
+    values: dict[str, exp.Expression] = {}
+    for call in own(tree, exp.AggFunc):
+        if not isinstance(call.this, exp.Distinct):
+            continue
+        if not isinstance(call, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)):
+            raise NotMaintainable(f"{call_name(call)} over DISTINCT values")
+        if len(call.this.expressions) != 1:
+            raise NotMaintainable(f"{call_name(call)} of several columns")
+        values.setdefault(sql(call.this.expressions[0]), call.this.expressions[0])
+    return values
