@@ -9,7 +9,8 @@ first), so that a CI run covers each shape with many sequences in bounded time: 
 UNION ALL, an inner join, GROUP BY with COUNT/SUM/AVG/MIN/MAX and HAVING, a global aggregate, ORDER BY …
 LIMIT over a GROUP BY, a join under GROUP BY (and nested in a subquery in FROM, with FILTER; a CTE),
 LEFT JOIN (under GROUP BY too), SELECT DISTINCT, UNION, ROLLUP, COUNT(DISTINCT) with HAVING, top-N per
-key (ROW_NUMBER in a subquery, RANK over a join with QUALIFY) and over all (ORDER BY … LIMIT), a chain
+key (ROW_NUMBER in a subquery, RANK over a join with QUALIFY) and over all (ORDER BY … LIMIT), NOT EXISTS
+and NOT IN and LEFT, RIGHT and FULL JOIN under aggregates (an append to what they read taking rows away), a chain
 of materialized tables (linear over linear, aggregate over linear) and a partitioned table. The sources
 hold NULL keys and values and duplicate rows; `sales` is partitioned (NULL partition values included).
 Every table has `'refresh.policy' = 'incremental'`: these tiny sources would often make `auto`'s cost
@@ -82,6 +83,17 @@ SHAPES = {   # name → (query, the plain sources it reads)
     "semij": ("SELECT s.ds, COUNT(*) AS n, SUM(s.amount) AS total, MAX(d.name) AS hi FROM dim d RIGHT OUTER JOIN "
               "sales s ON s.product_id = d.id LEFT SEMI JOIN dim e ON e.id * 2.5 = s.amount OR s.amount IS NULL "
               "GROUP BY s.ds", {"sales", "dim"}),
+    "antiagg": ("SELECT s.ds, COUNT(*) AS n, SUM(s.amount) AS total, AVG(s.amount) AS mean FROM sales s WHERE NOT "
+                "EXISTS (SELECT 1 FROM dim d WHERE d.id = s.product_id AND d.name = 'a') AND s.amount NOT IN "
+                "(SELECT CASE WHEN name = 'b' AND id = 4 THEN NULL ELSE id * 2.5 END FROM dim) GROUP BY s.ds",
+                {"sales", "dim"}),
+    "rightsum": ("SELECT s.ds, COUNT(*) AS n, COUNT(d.name) AS named, SUM(d.id) AS ids FROM dim d RIGHT JOIN sales s "
+                 "ON s.product_id = d.id GROUP BY s.ds", {"sales", "dim"}),
+    "fullagg": ("SELECT d.name, s.ds, COUNT(*) AS n, SUM(s.amount) AS total, COUNT(d.id) AS ids FROM dim d "
+                "FULL OUTER JOIN sales s ON s.product_id = d.id AND s.amount > 1 GROUP BY d.name, s.ds", {"sales", "dim"}),
+    "custdist": ("SELECT c, COUNT(*) AS ks FROM (SELECT d.id, COUNT(s.amount) AS c FROM dim d LEFT JOIN sales s "
+                 "ON s.product_id = d.id AND s.amount > 1 WHERE NOT EXISTS (SELECT 1 FROM sales t WHERE t.product_id "
+                 "= d.id + 1) GROUP BY d.id) AS per GROUP BY c", {"sales", "dim"}),
     "nested": ("WITH per AS (SELECT product_id, COUNT(*) AS n, SUM(amount) AS total FROM sales GROUP BY product_id) "
                "SELECT d.name, COUNT(*) AS groups, SUM(p.total) AS s, MAX(p.n) AS most FROM per p "
                "LEFT JOIN dim d ON d.id = p.product_id "
@@ -100,16 +112,19 @@ RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestag
               "leftagg": {"sales"}, "joinagg": {"sales"}, "lin": {"sales"}, "joined": {"sales"},
               "chain": {"lin"}, "chainagg": {"lin"}, "distinct": {"sales"}, "top": {"sales"}, "ranked": {"sales"},
               "uni": {"sales", "dim"}, "semi": {"sales"}, "anti": {"sales"}, "rightj": {"sales"},
-              "semij": {"sales"}, "nested": {"sales"}}
+              "semij": {"sales"}, "nested": {"sales"}, "antiagg": {"sales"}, "rightsum": {"sales"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
 # rewrite of the dimension is joined with them again — while `sales` was appended to as well.
 REJOINED = {"joinagg", "leftagg"}
 # Read on the right of a LEFT JOIN (outer, semi or anti), on the left of a RIGHT JOIN, in a subquery of
 # WHERE (an anti-join), or above an aggregate read as a subquery: an append to it recomputes, naming it and
 # where it is read (the last place it is read; a rewrite is one above). `semi` reads `dim` only in an EXISTS
-# and an IN (its NULLs not TRUE) conjunct of WHERE: an append to it is maintained.
-HELD = {"leftj": ("dim", "on the right of a LEFT JOIN"), "leftagg": ("dim", "on the right of a LEFT JOIN"),
-        "anti": ("dim", "in a subquery of WHERE"),
+# and an IN (its NULLs not TRUE) conjunct of WHERE: an append to it is maintained; so is one to what an
+# aggregate whose partials subtract reads under NOT (`antiagg`, `custdist`) or on a side of an outer join
+# whose other side is padded for it — the right of its LEFT JOIN (`leftagg`, `custdist`: under a second
+# aggregate, TPC-H Q13's shape), the left of a RIGHT JOIN (`rightsum`), either side of a FULL JOIN
+# (`fullagg`): the rows it stops or unpads are taken away.
+HELD = {"leftj": ("dim", "on the right of a LEFT JOIN"), "anti": ("dim", "in a subquery of WHERE"),
         "rightj": ("dim", "on the right of a LEFT ANTI JOIN"), "semij": ("dim", "on the right of a LEFT SEMI JOIN"),
         "nested": ("dim", "above an aggregate it reads as a subquery")}
 CI = bool(os.environ.get("CI"))
@@ -181,7 +196,8 @@ def test_the_rules_classify_the_shapes():
                      "joinagg": Aggregate, "chain": Linear, "chainagg": Aggregate, "part": Linear,
                      "distinct": DistinctCount, "top": TopN,
                      "ranked": TopN, "semi": Aggregate, "anti": Linear, "rightj": Linear, "semij": Aggregate,
-                     "nested": Aggregate}
+                     "nested": Aggregate, "antiagg": Aggregate, "rightsum": Aggregate, "custdist": Aggregate,
+                     "fullagg": Aggregate}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 1", "OFFSET"),
                              ("SELECT * FROM t ORDER BY a LIMIT 3", "an unnamed output"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a ORDER BY 2", "ORDER BY"),
@@ -232,8 +248,22 @@ def test_the_rules_classify_the_shapes():
         assert appendable_held(maintenance(f"SELECT a FROM db.t WHERE {where}")) == appendable, where
     valued = maintenance("SELECT a FROM db.t WHERE (SELECT MAX(b) FROM db.v WHERE v.c = t.a) IN (SELECT k FROM db.u)")
     [term] = term_trees(valued.branches[0], valued.sources, 0, {"db.u"}, lambda i, version: f"r{i}_{version.value}")
-    assert term.sql(dialect="spark").endswith(       # the guard reads the old rows of the IN's own table
+    assert term.sign == 1 and term.tree.sql(dialect="spark").endswith(       # the guard reads the old rows of the IN's own table
         "AND NOT (((SELECT MAX(b) FROM r1_new AS v WHERE v.c = t.a) IN (SELECT k FROM r2_old AS u)) IS TRUE)")
+    # Under NOT, or on the right of a LEFT JOIN (its last join), an append takes rows away: maintained by an
+    # aggregate whose partials subtract (it counts its rows and SUMs' values then), recomputed elsewhere.
+    for query, appendable in (("SELECT a, COUNT(*) FROM db.t WHERE NOT EXISTS (SELECT 1 FROM db.u WHERE u.k = t.a) "
+                               "AND a NOT IN (SELECT k FROM db.v) GROUP BY a", {"db.u", "db.v"}),
+                              ("SELECT t.a, SUM(u.k) FROM db.t LEFT JOIN db.u ON t.a = u.k GROUP BY t.a", {"db.u"}),
+                              ("SELECT t.a, MAX(u.k) FROM db.t LEFT JOIN db.u ON t.a = u.k GROUP BY t.a", set()),
+                              ("SELECT u.k, COUNT(t.a) FROM db.t RIGHT JOIN db.u ON t.a = u.k GROUP BY u.k", {"db.t"}),
+                              ("SELECT COUNT(t.a), SUM(u.k) FROM db.t FULL JOIN db.u ON t.a = u.k", {"db.t", "db.u"}),
+                              ("SELECT t.a, SUM(u.k) FROM db.t LEFT JOIN db.u ON t.a = u.k JOIN db.v ON v.k = t.a "
+                               "GROUP BY t.a", set()),
+                              ("SELECT a FROM db.t WHERE NOT EXISTS (SELECT 1 FROM db.u WHERE u.k = t.a)", set())):
+        found = maintenance(query)
+        assert appendable_held(found) == appendable and found.retracts == bool(appendable) \
+            if isinstance(found, Aggregate) else not appendable, query
     summed = maintenance("SELECT a, SUM(b) AS s FROM t WHERE b > (SELECT AVG(c) FROM u) GROUP BY a")
     assert isinstance(summed, Aggregate) and [p.expression for p in summed.partials] == ["SUM(b)"]
 
@@ -263,6 +293,57 @@ def test_an_append_to_a_table_read_in_exists_and_in_lets_old_rows_pass_increment
     entry = gw.history("passing", limit=1)[0]
     assert (entry["technique"], entry["reason"]) == ("full", f"{keyed} was rewritten"), entry
     assert _multiset(spark.table("passing").collect()) == _multiset(spark.sql(query).collect())
+
+
+def test_an_append_that_stops_rows_or_matches_padded_ones_is_taken_from_an_aggregates_state(spark, gw):
+    """An aggregate whose partials subtract, over a table filtered by a NOT EXISTS and a NOT IN of another
+    one, or LEFT JOINed with it (also under a second aggregate: TPC-H Q13's shape), or FULL JOINed: rows
+    appended to that one stop old rows (a NULL in a NOT IN's list stops every row), or turn rows padded
+    with NULLs into matched ones — taken away from the state, refreshed incrementally and equal to the
+    query, with the facts appended at once too. A MAX cannot be taken from, and recomputes; so does a
+    rewrite."""
+    spark.sql("CREATE TABLE facts (k INT, v DOUBLE) USING parquet")
+    spark.sql("CREATE TABLE keyed (id INT, w DOUBLE) USING parquet")
+    spark.sql("INSERT INTO facts VALUES (1, 1.0), (2, 2.0), (3, 3.0), (NULL, 4.0), (2, NULL), (1, 1.0), (5, 6.0)")
+    spark.sql("INSERT INTO keyed VALUES (1, 9.0)")
+    queries = {"unmatched": "SELECT k, COUNT(*) AS n, SUM(v) AS s, AVG(v) AS mean FROM facts f WHERE NOT EXISTS "
+                            "(SELECT 1 FROM keyed e WHERE e.id = f.k) AND v NOT IN (SELECT w FROM keyed) GROUP BY k",
+               "padded": "SELECT f.k, COUNT(*) AS n, COUNT(e.w) AS matched, SUM(e.w) AS s FROM facts f "
+                         "LEFT JOIN keyed e ON e.id = f.k GROUP BY f.k",
+               "custdist": "SELECT c, COUNT(*) AS ks FROM (SELECT f.k, COUNT(e.id) AS c FROM facts f LEFT OUTER JOIN "
+                           "keyed e ON f.k = e.id AND e.w > 1 GROUP BY f.k) AS per GROUP BY c",
+               "both": "SELECT f.k, e.id, COUNT(*) AS n, SUM(f.v) AS s, SUM(e.w) AS ws FROM facts f FULL OUTER JOIN "
+                       "keyed e ON e.id = f.k GROUP BY f.k, e.id",
+               "highest": "SELECT k, MAX(v) AS hi FROM facts f WHERE NOT EXISTS (SELECT 1 FROM keyed e "
+                          "WHERE e.id = f.k) GROUP BY k"}
+    for name, query in queries.items():
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} WITH ('refresh.policy' = 'incremental') "
+                   f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    keyed = f"spark_catalog.{spark.catalog.currentDatabase()}.keyed"
+    plan = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE unmatched REFRESH")[0].rows)["maintained plan"].splitlines()
+    assert plan[1] == (f"scan {keyed}: read in a subquery of WHERE (a NOT EXISTS or NOT IN): its appended rows take "
+                       "away the rows they stop and its old rows let pass (an anti-join's change); a rewrite recomputes")
+    assert plan[-1] == "aggregate by k: the change's partials merged (SUM); state: 5 partials per group", plan
+    for facts, rows in ((None, "(2, 5.0)"), ("(3, 3.0), (4, 4.0)", "(3, 2.0), (NULL, NULL)"),
+                        ("(6, 1.0)", "(4, 1.0), (4, 2.0)"), (None, "(6, NULL)")):
+        if facts:
+            spark.sql(f"INSERT INTO facts VALUES {facts}")
+        spark.sql(f"INSERT INTO keyed VALUES {rows}")
+        for name, query in queries.items():
+            gw.refresh(name)
+            entry = gw.history(name, limit=1)[0]
+            if name == "highest":
+                assert (entry["technique"], entry["reason"]) == (
+                    "full", f"{keyed} changed: it is read in a subquery of WHERE"), entry
+            else:
+                assert entry["technique"] == "incremental" and entry["sources"][keyed].startswith("appended"), entry
+            assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect()), (name, rows)
+    spark.sql("INSERT OVERWRITE keyed VALUES (1, 1.0)")
+    for name, query in queries.items():
+        gw.refresh(name)
+        entry = gw.history(name, limit=1)[0]
+        assert (entry["technique"], entry["reason"]) == ("full", f"{keyed} was rewritten"), entry
+        assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect()), name
 
 
 @pytest.fixture

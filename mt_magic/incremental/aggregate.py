@@ -22,7 +22,6 @@ from mt_magic.incremental.checks import (AGGREGATE_ARGS, NotMaintainable, by_out
 from mt_magic.incremental.occurrences import DIALECT, Names, Version, identifier, own, parse, replaced, sql, tables
 from mt_magic.incremental.distinct import DistinctCount, counts_one_distinct, distinct_count
 from mt_magic.incremental.grouping_sets import distinct_values, finest_keys, merged_again, over_state, per_row
-from mt_magic.incremental.linear import term_trees
 
 ABOVE = "mt_aggregated"       # the aggregate's result, as the query above it reads it
 BESIDE = "mt_beside_"         # another table the query above reads, by its place among them
@@ -81,6 +80,12 @@ class Aggregate:
         return self.grouping is not None or self.values > 0
 
     @property
+    def subtracts(self) -> bool:
+        """Every partial is a count or a sum, which rows taken away are subtracted from (a MIN or MAX
+        they may have been is merged again from the rows left)."""
+        return all(p.merge == "SUM" for p in self.partials)
+
+    @property
     def written_keys(self) -> tuple[str, ...]:
         return self.keys[:len(self.keys) - self.values]     # (without the DISTINCT aggregates' values)
 
@@ -110,24 +115,6 @@ class Aggregate:
     def state(self, names: Names, version: Version = Version.NEW) -> str:
         """The state of the whole input: partials per group."""
         return sql(self.state_select(replaced(self.select, lambda i: names(i, version))))
-
-    def merged(self, old_state: str, appended: set[str], names: Names, within: str | None = None) -> str | None:
-        """The new state: the old one and the change's partials, merged by group. `within`: a key
-        column of the state; only the old groups that share a value of it with the change's come along
-        (a partitioned table's other partitions stay as they are)."""
-        terms = [self.state_select(term, rows=True)
-                 for term in term_trees(self.select, self.occurrences, 0, appended, names)]
-        if not terms:
-            return None
-        keys = [f"{STATE_KEY}{i}" for i in range(len(self.keys))]
-        columns = keys + [f"{p.merge}({STATE_PARTIAL}{j}) AS {STATE_PARTIAL}{j}" for j, p in enumerate(self.partials)]
-        change = " UNION ALL ".join(sql(t) for t in terms)
-        old = f"SELECT * FROM {old_state}"
-        if within is not None:
-            old += f" AS old WHERE EXISTS (SELECT 1 FROM ({change}) AS change WHERE change.{within} <=> old.{within})"
-        union = f"{old} UNION ALL {change}"
-        group = f" GROUP BY {', '.join(keys)}" if keys else ""
-        return f"SELECT {', '.join(columns)} FROM ({union}) AS merged{group}"
 
     def output(self, state: str, names: Sequence[str], carry: Mapping[str, str] | None = None,
                regrouped: bool = True, reading: Names | None = None) -> str:
@@ -184,12 +171,13 @@ class Aggregate:
     def state_columns(self) -> list[str]:
         return self.key_columns + self.partial_columns
 
-    def state_select(self, tree: exp.Select, rows: bool = False) -> exp.Select:
+    def state_select(self, tree: exp.Select, rows: bool = False, sign: int = 1) -> exp.Select:
         """Partials per group; `rows`: per input row, ungrouped (the merge groups them with the old
-        state in one aggregation, where Spark pre-aggregates them before the shuffle anyway)."""
+        state in one aggregation, where Spark pre-aggregates them before the shuffle anyway); `sign`
+        −1: rows taken away, their partials negated (a rule that `subtracts`)."""
         keys = [exp.alias_(k.copy(), f"{STATE_KEY}{i}") for i, k in enumerate(tree.args["group"].expressions)] \
             if tree.args.get("group") else []
-        partials = [exp.alias_(parse_expression(p.row if rows else p.expression), f"{STATE_PARTIAL}{j}")
+        partials = [exp.alias_(_signed(parse_expression(p.row if rows else p.expression), sign), f"{STATE_PARTIAL}{j}")
                     for j, p in enumerate(self.partials)]
         state = tree.copy()
         state.set("expressions", keys + partials)
@@ -290,6 +278,10 @@ def _order_over_state(order: exp.Order, tree: exp.Select, keys: list[exp.Express
     for item in items:
         item.set("this", parse_expression(_over_state(item.this, keys, final)))
     return ", ".join(sql(item) for item in items)
+
+
+def _signed(partial: exp.Expression, sign: int) -> exp.Expression:
+    return partial if sign > 0 else exp.Neg(this=exp.paren(partial))
 
 
 def _counted(argument: str) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
+
 from sqlglot import exp
 
 from mt_magic.incremental.occurrences import DIALECT, own, subquery_expression, tables
@@ -25,7 +28,8 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
     subquery (a CTE, inlined) in FROM or JOIN is a relation when it is itself linear — project, filter,
     inner joins, UNION ALL —, for then the query stays linear in each table it reads, however nested. A
     LEFT JOIN (outer, semi or anti) is linear in its left side while its right side holds still
-    (`held_still`), a RIGHT JOIN in its right side while its left holds still; so is a WHERE in the
+    (`held_still`), a RIGHT JOIN in its right side while its left holds still, an aggregate's FULL JOIN
+    while both hold still (an append to either maintained: `monotone`); so is a WHERE in the
     tables it filters while the tables its subqueries read (EXISTS, IN, a scalar subquery: semi- and
     anti-joins; aggregating or not) hold still — each row then passes or not as it did —, and a linear
     SELECT's scalar subqueries likewise: each row's value is what it was."""
@@ -33,8 +37,8 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
         if value and arg not in allowed:
             raise NotMaintainable(CLAUSES.get(arg, arg.upper()))
     for join in tree.args.get("joins") or ():
-        if join_words(join) not in _JOINS:
-            raise NotMaintainable(f"{join_words(join)} JOIN")
+        if join_words(join) not in _JOINS or join_words(join).startswith("FULL") and "group" not in allowed:
+            raise NotMaintainable(f"{join_words(join)} JOIN" + (" outside an aggregate" if join_words(join) in _JOINS else ""))
     from_ = tree.args.get("from_")
     if from_ is None:
         raise NotMaintainable("a query without FROM")
@@ -99,7 +103,9 @@ IN_SUBQUERY = (HELD_FILTER, HELD_VALUE)
 HELD_ABOVE = "above an aggregate it reads as a subquery"
 # The joins the rules know, by Spark's words: inner ones, and those linear in one side (`held_still`).
 _JOINS = {"", "INNER", "CROSS", "LEFT", "LEFT OUTER", "LEFT SEMI", "LEFT ANTI", "SEMI", "ANTI", "RIGHT",
-          "RIGHT OUTER"}
+          "RIGHT OUTER", "FULL", "FULL OUTER"}
+_PADDING = {"LEFT": ("LEFT", "LEFT OUTER", "FULL", "FULL OUTER"),      # the joins that pad a side's rows
+            "RIGHT": ("RIGHT", "RIGHT OUTER", "FULL", "FULL OUTER")}
 
 
 def join_words(join: exp.Join) -> str:
@@ -108,12 +114,12 @@ def join_words(join: exp.Join) -> str:
 
 
 def held_still(tree: exp.Expression) -> dict[int, str]:
-    """The occurrences whose change the query is recomputed for, and where they are read: on the right of
-    a LEFT JOIN (a change can turn rows padded with NULLs into matched ones, which no added rows
-    express; of a semi- or anti-join, let old rows pass or stop them), on the left of a RIGHT JOIN (the
-    same, mirrored), or in a subquery of WHERE (a change can let old rows pass, or stop them) or of
-    SELECT (a change can change old rows' values). An append to one read in an EXISTS or IN conjunct of
-    WHERE is maintained all the same (`growing`)."""
+    """The occurrences whose change is not the query over their change, and where they are read: on the
+    right of a LEFT JOIN (a change can turn rows padded with NULLs into matched ones; of a semi- or
+    anti-join, let old rows pass or stop them), on the left of a RIGHT JOIN (the same, mirrored), or in
+    a subquery of WHERE (a change can let old rows pass, or stop them) or of SELECT (a change can change
+    old rows' values). A rewrite of one recomputes; an append to one is maintained where it moves each
+    row one way (`monotone`): by rows added, or taken away where the rule's state subtracts."""
     held = _joined(tree)
     found = {}
     for i, table in enumerate(tables(tree)):
@@ -123,41 +129,77 @@ def held_still(tree: exp.Expression) -> dict[int, str]:
     return found
 
 
-def _joined(tree: exp.Expression) -> dict[int, str]:
-    """The tables (by id) read where a join holds them still, and where (`held_still`)."""
+def _joined(tree: exp.Expression, but: exp.Join | None = None) -> dict[int, str]:
+    """The tables (by id) read where a join (`but` one) holds them still, and where (`held_still`)."""
     held: dict[int, str] = {}
     for join in tree.find_all(exp.Join):
+        if join is but:
+            continue
         words = join_words(join)
         if words.startswith(("LEFT", "SEMI", "ANTI")):
             where = HELD_LEFT if words in ("LEFT", "LEFT OUTER") else \
                 f"on the right of a LEFT {words.split()[-1]} JOIN"     # Spark's SEMI JOIN is a LEFT SEMI one
             held.update({id(t): where for t in join.this.find_all(exp.Table)})
-        elif words.startswith("RIGHT"):
+        elif words.startswith(("RIGHT", "FULL")):
             scope = join.parent
             joins = scope.args.get("joins") or []
             left = [scope.args["from_"].this, *(j.this for j in joins[:joins.index(join)])]
-            held.update({id(t): "on the left of a RIGHT JOIN" for side in left for t in side.find_all(exp.Table)})
+            where = "on the left of a RIGHT JOIN" if words.startswith("RIGHT") else "in a FULL OUTER JOIN"
+            sides = left if words.startswith("RIGHT") else [*left, join.this]
+            held.update({id(t): where for side in sides for t in side.find_all(exp.Table)})
     return held
 
 
-def growing(tree: exp.Expression) -> dict[int, exp.Exists | exp.In]:
-    """The held occurrences the query only grows with, each with the EXISTS or IN that reads it: the one
-    table of a subquery that is an EXISTS or IN conjunct of a WHERE (of `tree`, or of a query it reads as
-    a relation), the subquery filtering and projecting that table alone. A row appended to it can let an
-    old row pass and stops none (an IN's NULL is not TRUE, as its FALSE), so an append is maintained by
-    one more term (`linear.term_trees`); a rewrite, which can stop rows, recomputes."""
+class Appended(Enum):
+    """How an append to an occurrence held still changes the result: the terms `linear.term_trees`
+    writes for it."""
+
+    PASSES = "passes"       # read in an EXISTS or IN conjunct: the old rows it lets pass are added
+    STOPS = "stops"         # in a NOT EXISTS or NOT IN conjunct: the old rows it stops are taken away
+    MATCHES = "matches"     # a side of an outer join the other side's rows are padded for: the rows it
+    # matches are added, the other side's rows padded with NULLs they replace taken away
+
+
+@dataclass(frozen=True)
+class Monotone:
+    """A held occurrence an append to which is maintained, and the node that reads it."""
+
+    appended: Appended
+    node: exp.Expression    # the EXISTS or IN, the NOT over one, or the outer join
+
+
+def monotone(tree: exp.Expression) -> dict[int, Monotone]:
+    """The held occurrences an append to which changes the result in one direction per row: the one table
+    of a subquery that is an EXISTS or IN conjunct of a WHERE (of `tree`, or of a query it reads as a
+    relation), the subquery filtering and projecting that table alone — a row appended to it can let an
+    old row pass and stops none (an IN's NULL is not TRUE, as its FALSE) —, under NOT the reverse, and
+    the one table on the right of a LEFT or FULL JOIN that is the last join of its SELECT, or on the left
+    of a RIGHT or FULL JOIN that is its only one (an appended row turns the other side's padded rows it
+    matches into matched ones). A rewrite, which can do both, recomputes."""
     index = {id(t): i for i, t in enumerate(tables(tree))}
     joined = _joined(tree)
-    found: dict[int, exp.Exists | exp.In] = {}
+    found: dict[int, Monotone] = {}
     for where in own(tree, exp.Where):
         for conjunct in conjuncts(where.this):
-            body = conjunct.this if isinstance(conjunct, exp.Exists) else conjunct.args.get("query") \
-                if isinstance(conjunct, exp.In) else None
+            negated = isinstance(conjunct, exp.Not)
+            test = conjunct.this.unnest() if negated else conjunct
+            body = test.this if isinstance(test, exp.Exists) else test.args.get("query") \
+                if isinstance(test, exp.In) else None
             body = body.this if isinstance(body, exp.Subquery) else body
-            if _one_table(body) and not (isinstance(conjunct, exp.In) and len(body.expressions) != 1):
+            if _one_table(body) and not (isinstance(test, exp.In) and len(body.expressions) != 1):
                 table = tables(body)[0]
                 if id(table) not in joined:
-                    found[index[id(table)]] = conjunct
+                    found[index[id(table)]] = Monotone(Appended.STOPS if negated else Appended.PASSES, conjunct)
+    for scope in own(tree, exp.Select):
+        joins = scope.args.get("joins") or []
+        if not joins or joins[-1].args.get("on") is None:
+            continue
+        last, first = joins[-1], scope.args["from_"].this
+        sides = [(last.this, "LEFT")] + ([(first, "RIGHT")] if len(joins) == 1 else [])
+        for side, padded in sides:      # (the side whose rows are padded for it)
+            if join_words(last) in _PADDING[padded] and isinstance(side, exp.Table) and \
+                    id(side) not in _joined(tree, but=last):
+                found[index[id(side)]] = Monotone(Appended.MATCHES, last)
     return found
 
 

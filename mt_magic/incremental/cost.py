@@ -81,11 +81,12 @@ Within = Callable[[int, int, bool], "int | None"]
 
 
 def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceBytes],
-             state_bytes: int | None, within: Within | None = None, growing: Collection[int] = ()) -> Estimate:
+             state_bytes: int | None, within: Within | None = None, checked: Collection[int] = ()) -> Estimate:
     """`branches`: per UNION ALL branch (one for a plain SELECT), the source each occurrence reads;
     `state_bytes`: the hidden state's size, None for a table that keeps none; `within`: what a read
-    bounded by the appended rows' join keys scans (`key_bounds`); `growing`: the occurrences read in an
-    EXISTS or IN, whose appended rows are checked against their old ones (`linear.term_trees`)."""
+    bounded by the appended rows' join keys scans (`key_bounds`); `checked`: the occurrences held still
+    but moving each row one way (an EXISTS or IN, under NOT too, a LEFT JOIN's right side), whose
+    appended rows are checked against their old ones (`linear.term_trees`)."""
     parts = _Parts()
     incremental = full = start = 0
     for occurrences in branches:
@@ -102,8 +103,8 @@ def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceByte
                         if bounded is None else \
                         parts.add(f"joining {source}'s change with {other}'s row groups within its keys",
                                   min(whole, bounded))
-            if start + i in growing:       # Spark's semi- and anti-joins of subqueries bound nothing
-                incremental += parts.add(f"checking the rows {source}'s change lets pass against its old rows",
+            if start + i in checked:       # Spark's semi- and anti-joins of subqueries bound nothing
+                incremental += parts.add(f"checking the rows {source}'s change lets pass or stops against its old rows",
                                          sources[source].old)
         start += len(occurrences)
     if state_bytes is not None:

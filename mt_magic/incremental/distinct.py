@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mt_magic.incremental.checks import quoted
-from mt_magic.incremental.linear import term_trees
+from mt_magic.incremental.linear import added_trees, term_trees
 from mt_magic.incremental.occurrences import Names, Version, identifier, own, replaced, sql, tables
 
 STATE_KEY = "_g"
@@ -36,7 +36,7 @@ class DistinctCount:
 
     def merged(self, old_state: str, appended: set[str], names: Names) -> str | None:
         terms = [sql(self._pairs(t, grouped=False))
-                 for t in term_trees(self.select, self.occurrences, 0, appended, names)]
+                 for t in added_trees(term_trees(self.select, self.occurrences, 0, appended, names))]
         if not terms:
             return None
         columns = ", ".join(self._columns())

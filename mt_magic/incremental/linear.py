@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from mt_magic.incremental.checks import growing, linear_branches
+from mt_magic.incremental.checks import Appended, join_words, linear_branches, monotone
 from mt_magic.incremental.occurrences import DIALECT, Names, Version, identifier, replaced, sql, tables
 
 
@@ -58,30 +58,54 @@ def linear_union(tree: exp.Union) -> Linear:
 
 def _terms(branch: exp.Select, occurrences: tuple[str, ...], start: int, appended: set[str],
            names: Names) -> list[str]:
-    return [sql(t) for t in term_trees(branch, occurrences, start, appended, names)]
+    return [sql(t) for t in added_trees(term_trees(branch, occurrences, start, appended, names))]
+
+
+@dataclass(frozen=True)
+class Term:
+    """One term of the change: rows gained, or (`sign` −1) rows lost — stopped by a NOT EXISTS or NOT IN,
+    padded rows a LEFT JOIN now matches —, which a rule whose state subtracts takes away."""
+
+    tree: exp.Select
+    sign: int = 1
 
 
 def term_trees(branch: exp.Select, occurrences: tuple[str, ...], start: int, appended: set[str],
-                names: Names) -> list[exp.Select]:
-    """The bilinear rule: one term per appended occurrence. One read in an EXISTS or IN conjunct
-    (`growing`) is not linear but monotone: its term keeps the rows its appended rows make pass and its
-    old rows did not (a semi-join's change: EXISTS over the appended rows AND NOT over the old ones)."""
-    grows = growing(branch)
+               names: Names) -> list[Term]:
+    """The bilinear rule: one term per appended occurrence. One held still but moving each row one way
+    (`monotone`) is not linear: its term keeps the rows its appended rows make pass and its old rows did
+    not (a semi-join's change: EXISTS over the appended rows AND NOT over the old ones); under NOT, the
+    rows they stop, taken away; on the right of a LEFT JOIN, the rows they match, and taken away the
+    rows padded with NULLs those replace."""
+    held = monotone(branch)
     terms = []
     for i, source in enumerate(occurrences):
         if source not in appended:
             continue
         term = replaced(branch, lambda j, i=i: names(
             start + j, Version.NEW if j < i else Version.DELTA if j == i else Version.OLD))
-        if i in grows:
-            _not_before(term, i, names(start + i, Version.OLD))
-        terms.append(term)
+        how, old = held.get(i), names(start + i, Version.OLD)
+        if how is None:
+            terms.append(Term(term))
+        elif how.appended is Appended.MATCHES:
+            terms.extend(_matched(term, i, old))
+        else:
+            terms.append(_passing(term, i, old, how.appended is Appended.STOPS))
     return terms
 
 
-def _not_before(term: exp.Select, occurrence: int, old: str) -> None:
-    """Adds to the EXISTS or IN reading the occurrence's appended rows in `term` that over its old rows
-    it was not TRUE."""
+def added_trees(terms: list[Term]) -> list[exp.Select]:
+    """The terms of a rule that only adds rows (the decision refreshes it in full where one would take
+    rows away: `rules.appendable_held`)."""
+    if any(term.sign < 0 for term in terms):
+        raise ValueError("a change that takes rows away, for a rule that only adds them")
+    return [term.tree for term in terms]
+
+
+def _passing(term: exp.Select, occurrence: int, old: str, negated: bool) -> Term:
+    """The EXISTS or IN reading the occurrence's appended rows in `term` made to keep the rows they let
+    pass and its old rows did not; `negated` (under NOT): the rows its old rows let pass and they stop,
+    taken away (`_stopped`)."""
     appended = tables(term)[occurrence]
     predicate = appended.find_ancestor(exp.Exists, exp.In)
     before = predicate.copy()
@@ -89,9 +113,66 @@ def _not_before(term: exp.Select, occurrence: int, old: str) -> None:
     relation.set("alias", appended.args["alias"].copy())
     position = next(k for k, table in enumerate(tables(predicate)) if table is appended)   # an IN's value may read one too
     tables(before)[position].replace(relation)
+    if negated:
+        negation = predicate
+        while not isinstance(negation, exp.Not):
+            negation = negation.parent
+        negation.replace(exp.paren(exp.and_(exp.not_(before), _stopped(predicate))))
+        return Term(term, -1)
     guard = exp.not_(before) if isinstance(before, exp.Exists) else \
         exp.not_(exp.paren(exp.Is(this=exp.paren(before), expression=exp.true())))
     predicate.replace(exp.and_(predicate.copy(), guard))
+    return Term(term)
+
+
+def _stopped(predicate: exp.Exists | exp.In) -> exp.Expression:
+    """What a NOT EXISTS or NOT IN over the appended rows is not TRUE for: EXISTS over them; an IN that
+    is not FALSE — TRUE, or NULL (the value NULL and some row appended, or a NULL among their values).
+    Spark tells an IN's NULL from its FALSE only as a conjunct of WHERE (an anti-join aware of NULLs),
+    so the NULL cases are EXISTS of their own."""
+    if isinstance(predicate, exp.Exists):
+        return predicate.copy()
+    body = predicate.args["query"].unnest()
+    value = body.expressions[0].unalias()
+    some = body.copy()
+    some.set("expressions", [exp.Literal.number(1)])
+    nulls = some.copy().where(exp.Is(this=value.copy(), expression=exp.null()), copy=False)
+    return exp.paren(exp.or_(predicate.copy(), exp.and_(exp.Is(this=predicate.this.copy(), expression=exp.null()),
+                                                        exp.Exists(this=some)), exp.Exists(this=nulls)))
+
+
+def _matched(term: exp.Select, occurrence: int, old: str) -> list[Term]:
+    """The outer join of the occurrence's appended rows in `term`: the rows they match (their own
+    unmatched rows padded too where the join pads that side), and taken away the other side's rows
+    padded with NULLs they replace — those no old row matched —, the appended relation joined ON FALSE
+    so that the other side's rows are padded."""
+    appended = tables(term)[occurrence]
+    right = isinstance(appended.parent, exp.Join)
+    join = _join_of(appended)
+    matched = term.copy()
+    pads_own = join_words(join).startswith(("FULL", "RIGHT" if right else "LEFT"))
+    _set_side(_join_of(tables(matched)[occurrence]), ("RIGHT" if right else "LEFT") if pads_own else None)
+    on = join.args["on"]
+    relation = exp.to_table(old, dialect=DIALECT)
+    relation.set("alias", appended.args["alias"].copy())
+    test = [exp.Exists(this=exp.select("1").from_(r.copy()).where(on.copy())) for r in (relation, appended)]
+    scope = join.parent
+    where = scope.args.get("where")
+    scope.set("where", exp.Where(this=exp.and_(*([where.this] if where is not None else []), exp.not_(test[0]), test[1])))
+    join.set("on", exp.false())
+    _set_side(join, "LEFT" if right else "RIGHT")
+    return [Term(matched), Term(term, -1)]
+
+
+def _join_of(table: exp.Table) -> exp.Join:
+    """The outer join a table is a side of: the one it is the right side of, or its SELECT's only one."""
+    return table.parent if isinstance(table.parent, exp.Join) else table.parent.parent.args["joins"][0]
+
+
+def _set_side(join: exp.Join, side: str | None) -> None:
+    """The join made an outer one keeping the `side` (LEFT, RIGHT) rows, or (None) an inner one."""
+    join.set("side", side)
+    join.set("kind", None)
 
 
 def _union(parts) -> str | None:

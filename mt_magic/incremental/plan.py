@@ -7,11 +7,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import Aggregate
-from mt_magic.incremental.checks import HELD_ABOVE, HELD_FILTER, HELD_VALUE, growing, held_still, join_words
+from mt_magic.incremental.checks import HELD_ABOVE, HELD_FILTER, HELD_VALUE, Appended, held_still, join_words, monotone
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import identifier, sql, subquery_expression, tables
-from mt_magic.incremental.rules import Recompute, Rule
+from mt_magic.incremental.rules import Recompute, Rule, takes_away
 from mt_magic.incremental.topn import TopN
 
 
@@ -32,7 +32,7 @@ def maintained_plan(rule: Rule) -> list[str]:
         by = ", ".join(rule.keys) or "the one group"
         return [*_input(rule.select), f"COUNT(DISTINCT …) per {by}: the change's new values added; "
                                       "state: the distinct values per group"]
-    return [*_input(rule.select), *_aggregated(rule)]
+    return [*_input(rule.select, takes_away(rule)), *_aggregated(rule)]
 
 
 def _aggregated(rule: Aggregate) -> list[str]:
@@ -61,16 +61,19 @@ def _aggregated(rule: Aggregate) -> list[str]:
     return lines
 
 
-def _input(select: exp.Select) -> list[str]:
-    """The scans, joins and filters of one SELECT (its subqueries in FROM read through)."""
-    held, grows = held_still(select), growing(select)
+def _input(select: exp.Select, signed: bool = False) -> list[str]:
+    """The scans, joins and filters of one SELECT (its subqueries in FROM read through); `signed`: an
+    append can take rows away (`rules.takes_away`)."""
+    held = held_still(select)
+    moving = {i: how.appended for i, how in monotone(select).items() if signed or how.appended is Appended.PASSES}
     lines = []
+    moving_tables = [table for index, table in enumerate(tables(select)) if moving.get(index) is Appended.MATCHES]
     for index, table in enumerate(tables(select)):
         where = held.get(index)
         lines.append(f"scan {identifier(table)}: " + (
-            f"read {where} (an EXISTS or IN): its appended rows add the rows they let pass and its old rows did "
-            "not (a semi-join's change); a rewrite recomputes" if index in grows else
-            f"read {where}, held still (a change recomputes)" if where else "its appended files read (its change)"))
+            f"read {where}, held still (a change recomputes)" if where and index not in moving else
+            f"read {where}{_MOVING[moving[index]]}; a rewrite recomputes" if where else
+            "its appended files read (its change)"))
     inside = {id(n) for q in select.walk() if q is not select and subquery_expression(q) for n in q.walk()}
     for scope in select.find_all(exp.Select):
         if id(scope) in inside:          # a subquery's own operators are held still with its tables
@@ -78,11 +81,18 @@ def _input(select: exp.Select) -> list[str]:
         for join in scope.args.get("joins") or ():
             name = join.this.alias_or_name
             words = join_words(join)
+            padding = [t for t in moving_tables if t.parent is join or t.parent is scope.args["from_"]]
+            unpads = "adds the rows it matches and takes away the padded rows they replace"
             if words.startswith(("LEFT", "SEMI", "ANTI")):
                 words = words if words.startswith("LEFT") else f"LEFT {words}"
-                lines.append(f"{words} JOIN {name}: linear in its left side while its right side holds still")
+                right = f"; an append to its right side {unpads}" if padding else " while its right side holds still"
+                lines.append(f"{words} JOIN {name}: linear in its left side{right}")
             elif words.startswith("RIGHT"):
-                lines.append(f"{words} JOIN {name}: linear in its right side while its left side holds still")
+                left = f"; an append to its left side {unpads}" if padding else " while its left side holds still"
+                lines.append(f"{words} JOIN {name}: linear in its right side{left}")
+            elif words.startswith("FULL"):
+                lines.append(f"{words} JOIN {name}: " + (f"an append to either side {unpads} (its own unmatched rows "
+                                                         "padded)" if padding else "both sides held still"))
             else:
                 lines.append(f"inner join {name}: each side's change joined with the other (ΔA ⋈ B′ + A ⋈ ΔB)")
         where = scope.args.get("where")
@@ -91,10 +101,22 @@ def _input(select: exp.Select) -> list[str]:
             text = text if len(text) <= 80 else text[:77] + "…"
             filtering = HELD_FILTER in held.values() and where.find(exp.Exists, exp.Select) is not None
             read = {index for index, table in enumerate(tables(select)) if table.find_ancestor(exp.Where) is where}
+            kinds = {moving[i] for i in read & set(moving)}
+            does = " and ".join(words for kind, words in ((Appended.PASSES, "adds the rows it lets pass"),
+                                                          (Appended.STOPS, "takes away the rows it stops")) if kind in kinds)
             lines.append(f"filter {text}: " + (
-                "a semi-join, applied to the change; an append to its subqueries' tables adds the rows it lets "
-                "pass" if filtering and read <= set(grows) else "a semi- or anti-join, applied to the change while "
-                "its subqueries' tables hold still" if filtering else "applied to the change"))
+                f"{'a semi-join' if kinds == {Appended.PASSES} else 'a semi- or anti-join'}, applied to the change; an "
+                f"append to its subqueries' tables {does}" if filtering and read <= set(moving) else "a semi- or "
+                "anti-join, applied to the change while its subqueries' tables hold still" if filtering else
+                "applied to the change"))
         if HELD_VALUE in held.values() and any(e.find(exp.Subquery) for e in scope.expressions):
             lines.append("scalar subquery in SELECT: evaluated for the change's rows while its tables hold still")
     return lines
+
+
+_MOVING = {Appended.PASSES: " (an EXISTS or IN): its appended rows add the rows they let pass and its old rows did "
+                            "not (a semi-join's change)",
+           Appended.STOPS: " (a NOT EXISTS or NOT IN): its appended rows take away the rows they stop and its old "
+                           "rows let pass (an anti-join's change)",
+           Appended.MATCHES: ": its appended rows add the rows they match and take away the rows padded with NULLs "
+                             "those replace"}

@@ -26,7 +26,7 @@ from sqlglot import exp
 
 from mt_magic.incremental.aggregate import STATE_PARTIAL, Aggregate
 from mt_magic.incremental.checks import held_still
-from mt_magic.incremental.linear import Linear, term_trees
+from mt_magic.incremental.linear import Linear, added_trees, term_trees
 from mt_magic.incremental.occurrences import Names, liftable, lifted, replaced, sql, tables
 from mt_magic.incremental.rules import read_trees
 from mt_magic.incremental.topn import TopN
@@ -69,11 +69,12 @@ def appended_state(rule: Aggregate | TopN, provenance: Provenance, appended: set
     """The appended rows' partials per source partition and group (the bilinear rule's terms);
     `merging`: kept partials (with their partition) merged into them, a partition's files made one."""
     if isinstance(rule, TopN):
-        terms = [sql(_tagged(term, provenance)) for term in term_trees(rule.ranked, rule.occurrences, 0, appended, names)]
+        terms = [sql(_tagged(term, provenance))
+                 for term in added_trees(term_trees(rule.ranked, rule.occurrences, 0, appended, names))]
         if merging is not None:
             terms.append(f"SELECT {', '.join([*rule.state_columns, PARTITION])} FROM {merging}")
         return _within(rule, " UNION ALL ".join(terms))
-    terms = [sql(_by_partition(rule, term, provenance, rows=True))
+    terms = [sql(_by_partition(rule, term.tree, provenance, rows=True, sign=term.sign))
              for term in term_trees(rule.select, rule.occurrences, 0, appended, names)]
     keys = provenance.columns + rule.key_columns
     if merging is not None:
@@ -90,25 +91,6 @@ def merged_partitions(rule: Aggregate | TopN, kept: str) -> str:
     keys = rule.key_columns
     group = f" GROUP BY {', '.join(keys)}" if keys else ""
     return f"SELECT {', '.join(keys + _merges(rule))} FROM {kept}{group}"
-
-
-def retracted(rule: Aggregate, old: str, added: str | None, removed: str | None) -> str:
-    """The new per-group state of a rule whose partials all subtract (no MIN or MAX: `subtracts`):
-    `old` (per group) with the partitions' partials now (`added`, per partition and group, None where
-    they hold no rows; or the signed partials of rows added and removed) in and their partials before
-    (`removed`) out."""
-    keys, partials = rule.key_columns, rule.partial_columns
-    every = f"SELECT {', '.join(keys + partials)} FROM {old}"
-    if added is not None:
-        every += f" UNION ALL SELECT {', '.join(keys + partials)} FROM {added}"
-    if removed is not None:
-        every += f" UNION ALL SELECT {', '.join(keys + [f'-{a} AS {a}' for a in partials])} FROM {removed}"
-    columns = []
-    for a, partial in zip(partials, rule.partials, strict=True):
-        counted = f"SUM({STATE_PARTIAL}{partial.counter})" if partial.counter is not None else None
-        columns.append(f"CASE WHEN {counted} = 0 THEN NULL ELSE SUM({a}) END AS {a}" if counted else f"SUM({a}) AS {a}")
-    group = f" GROUP BY {', '.join(keys)} HAVING SUM({STATE_PARTIAL}{rule.presence}) > 0" if keys else ""
-    return f"SELECT {', '.join(keys + columns)} FROM ({every}) AS every{group}"
 
 
 def signed_state(rule: Aggregate, provenance: Provenance, reading: Callable[[int], str], signed: int) -> str:
@@ -131,10 +113,10 @@ def by_file(tree: exp.Select) -> bool:
 
 
 def subtracts(rule: Aggregate | TopN) -> bool:
-    """Every partial is a count or a sum, which a removed partition's partial is subtracted from; a MIN
-    or MAX is merged again from every partition's partials instead (a removed one may have been it),
-    as a top-N's rows are ranked again."""
-    return isinstance(rule, Aggregate) and all(p.merge == "SUM" for p in rule.partials)
+    """A removed partition's partials are subtracted (`Aggregate.subtracts`); a MIN or MAX is merged
+    again from every partition's partials instead (a removed one may have been it), as a top-N's rows
+    are ranked again."""
+    return isinstance(rule, Aggregate) and rule.subtracts
 
 
 class Branches(Enum):
@@ -163,7 +145,7 @@ def tagged_change(rule: Linear, provenance: Provenance, appended: set[str], name
     `tagged_rows`; None when none of them is read."""
     terms = [sql(_tagged(term, provenance, start))
              for (branch, start), occurrences in zip(rule.starts(), rule.occurrences, strict=True)
-             for term in term_trees(branch, occurrences, start, appended, names)]
+             for term in added_trees(term_trees(branch, occurrences, start, appended, names))]
     return " UNION ALL ".join(terms) or None
 
 
@@ -198,9 +180,10 @@ def _within(rule: TopN, candidates: str) -> str:
     return f"SELECT {', '.join([*rule.state_columns, PARTITION])} FROM ({rule.within(candidates, PARTITION)}) AS kept"
 
 
-def _by_partition(rule: Aggregate, tree: exp.Select, provenance: Provenance, rows: bool = False) -> exp.Select:
-    """Partials per source partition and group; `rows`: per input row, ungrouped."""
-    state = rule.state_select(tree, rows=rows)
+def _by_partition(rule: Aggregate, tree: exp.Select, provenance: Provenance, rows: bool = False,
+                  sign: int = 1) -> exp.Select:
+    """Partials per source partition and group; `rows`: per input row, ungrouped (`sign` −1: taken away)."""
+    state = rule.state_select(tree, rows=rows, sign=sign)
     where = [partition_expression(provenance, state)]
     if provenance.paired is not None:
         where.append(partition_expression(provenance.paired, state, PAIRED))

@@ -28,7 +28,8 @@ from sqlglot import exp
 from mt_magic.incremental.aggregate import Aggregate, aggregate
 from mt_magic.incremental.as_aggregate import grouped
 from mt_magic.incremental.distinct import DistinctCount
-from mt_magic.incremental.checks import HELD_ABOVE, LINEAR_ARGS, NotMaintainable, check_select, growing, held_still
+from mt_magic.incremental.checks import (HELD_ABOVE, LINEAR_ARGS, Appended, NotMaintainable, check_select, held_still,
+                                         monotone)
 from mt_magic.incremental.linear import Linear, linear_union
 from mt_magic.incremental.nested import nested
 from mt_magic.incremental.occurrences import Unparsable, identifier, own, parse, tables
@@ -67,29 +68,45 @@ def held_sources(rule: Rule) -> dict[str, str]:
     return held
 
 
-def growing_occurrences(rule: Rule) -> set[int]:
-    """The occurrences read in an EXISTS or IN conjunct of WHERE (`growing`): an append to them is
-    maintained, a rewrite recomputes."""
+def monotone_occurrences(rule: Rule) -> dict[int, Appended]:
+    """The held occurrences an append to which moves each row one way (`monotone`): read in an EXISTS or
+    IN conjunct of WHERE, under NOT, or on the right of a LEFT JOIN."""
     if isinstance(rule, Recompute):
-        return set()
-    return {start + i for tree, start in read_trees(rule) for i in growing(tree)}
+        return {}
+    return {start + i: how.appended for tree, start in read_trees(rule) for i, how in monotone(tree).items()}
+
+
+def takes_away(rule: Rule) -> bool:
+    """The rule's state can take away the rows an append stops or unpads (terms of weight −1): an
+    aggregate whose partials all subtract, with its rows and SUMs' values counted."""
+    return isinstance(rule, Aggregate) and rule.subtracts and rule.retracts
 
 
 def appendable_held(rule: Rule) -> set[str]:
     """The held sources (`held_sources`) an append to which is maintained: every place they are held
-    is one they only grow the result from (`growing_occurrences`)."""
+    is one they only grow the result from, or (a rule that `takes_away`) move each row one way."""
     if isinstance(rule, Recompute):
         return set()
-    grows = growing_occurrences(rule)
+    moving = {i for i, how in monotone_occurrences(rule).items() if how is Appended.PASSES or takes_away(rule)}
     stopping = {rule.sources[start + i] for tree, start in read_trees(rule) for i in held_still(tree)
-                if start + i not in grows}
+                if start + i not in moving}
     if isinstance(rule, Aggregate) and rule.beside:
         stopping.update(rule.sources[-rule.beside:])
     return set(held_sources(rule)) - stopping
 
 
 def maintenance(query: str) -> Rule:
-    """The rule that maintains `query` (its table names fully qualified), or why none does."""
+    """The rule that maintains `query` (its table names fully qualified), or why none does. An aggregate
+    an append can take rows from counts its rows and SUMs' values (`Aggregate.retractable`) where its
+    partials subtract, so that it takes them away."""
+    rule = _rule(query)
+    if isinstance(rule, Aggregate) and rule.subtracts and \
+            {Appended.STOPS, Appended.MATCHES} & set(monotone_occurrences(rule).values()):
+        return rule.retractable
+    return rule
+
+
+def _rule(query: str) -> Rule:
     try:
         tree = grouped(parse(query))
         above = nested(tree)

@@ -13,7 +13,7 @@ from sqlglot import exp
 from mt_magic.incremental.checks import (CLAUSES, LINEAR_ARGS, NotMaintainable, by_outputs, call_name, check_select,
                                          quoted)
 from mt_magic.incremental.occurrences import Names, Version, identifier, own, replaced, sql, tables
-from mt_magic.incremental.linear import term_trees
+from mt_magic.incremental.linear import added_trees, term_trees
 
 @dataclass(frozen=True)
 class TopN:
@@ -42,7 +42,7 @@ class TopN:
         return self.within(sql(replaced(self.ranked, lambda i: names(i, version))))
 
     def merged(self, old_state: str, appended: set[str], names: Names) -> str | None:
-        terms = [sql(term) for term in term_trees(self.ranked, self.occurrences, 0, appended, names)]
+        terms = [sql(term) for term in added_trees(term_trees(self.ranked, self.occurrences, 0, appended, names))]
         if not terms:
             return None
         columns = ", ".join(self.state_columns)

@@ -26,7 +26,7 @@ from mt_magic.incremental.distinct_pairs import retractable
 from mt_magic.incremental.cost import Estimate, SourceBytes, Within, estimate, estimate_below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.plan import maintained_plan
-from mt_magic.incremental.rules import (Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, growing_occurrences,
+from mt_magic.incremental.rules import (Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, monotone_occurrences,
                                         maintenance)
 from mt_magic.incremental.provenance import FILE
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
@@ -280,7 +280,7 @@ class Chooser:
             partials = sum(size for size, _ in self.files.listing(kept.folder).values()) \
                 if self.files.exists(kept.folder) else 0
             return estimate_below(kept.source, sources, partials, state or 0)
-        return estimate(branches, sources, state, within, growing_occurrences(rule))
+        return estimate(branches, sources, state, within, set(monotone_occurrences(rule)))
 
 
 def table_reading(table: MaterializedTable) -> Reading:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mt_magic.catalog.model import MaterializedTable, Storage, Target
+from mt_magic.incremental import merging
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.provenance import OTHER_BRANCHES, PARTITION, Branches, tagged_change, tagged_rows
 from mt_magic.incremental.rules import Aggregate, Linear, TopN
@@ -100,7 +101,7 @@ class Maintainer:
                         table.storage, 0, time.monotonic() - started, relations.group), relations.delta_rows())
                 return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
             within = partitioning_key(table, rule, manifest)
-            merged = rule.merged(old, appended, names.name, within) if within else \
+            merged = merging.merged(rule, old, appended, names.name, within) if isinstance(rule, Aggregate) else \
                 rule.merged(old, appended, names.name)
             return self._stateful(table, rule, merged or f"SELECT * FROM {old}", relations,
                                   touched=within is not None and merged is not None)

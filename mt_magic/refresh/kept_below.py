@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.incremental.below_join import Below, below_partials, joined_partials
 from mt_magic.incremental.occurrences import Version
-from mt_magic.incremental.provenance import merged_partitions, retracted, subtracts
+from mt_magic.incremental.merging import retracted
+from mt_magic.incremental.provenance import merged_partitions, subtracts
 from mt_magic.incremental.rules import Aggregate
 from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, files_in, state_files
 from mt_magic.refresh.relations import Relations

@@ -21,8 +21,9 @@ from mt_magic.catalog.model import MaterializedTable
 from mt_magic.incremental.below_join import below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.config import SMALL_SOURCE_DEFAULT, SMALL_SOURCE_SIZE, parse_size
+from mt_magic.incremental.merging import retracted
 from mt_magic.incremental.provenance import (PARTITION, SIGN, appended_state, kept_state, merged_partitions,
-                                             retracted, signed_state, subtracts)
+                                             signed_state, subtracts)
 from mt_magic.incremental.rules import Aggregate, TopN
 from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.same_rows import same_rows
@@ -101,10 +102,11 @@ class KeptPartials:
             stage, schema = self.stage(table, relations, appended_state(rule, keeping.provenance, appended,
                                                                          names.name, merging), keeping.provenance.columns, split=True)
             added = relations.add("kept_added", self.read(relations, stage, schema))
-            if not crowded:
+            if not crowded:     # (partials that subtract: an append may take rows away, `merging`)
                 columns = ", ".join(rule.state_columns)
                 both = f"(SELECT {columns} FROM {old} UNION ALL SELECT {columns} FROM {added}) AS both"
-                return Staged(merged_partitions(rule, both), stage, schema.json(), keeping, previous, published)
+                state_sql = retracted(rule, old, added, None) if subtracts(rule) else merged_partitions(rule, both)
+                return Staged(state_sql, stage, schema.json(), keeping, previous, published)
             rewritten, paired = crowded, frozenset[str]()
         else:
             rewritten, paired = set(retraction.partitions), frozenset(retraction.paired)
