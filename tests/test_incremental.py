@@ -45,7 +45,7 @@ SHAPES = {   # name → (query, the plain sources it reads)
     "agg": ("SELECT ds, COUNT(*) AS n, COUNT(amount) AS na, SUM(amount) AS total, AVG(amount) AS mean, "
             "MIN(amount) AS lo, MAX(product_id) AS hi FROM sales GROUP BY ds HAVING COUNT(*) > 1", {"sales"}),
     "whole": ("SELECT COUNT(*) AS n, SUM(amount) AS total, MAX(ds) AS last, COUNT(DISTINCT product_id) AS products, "
-              "SUM(DISTINCT amount) AS amounts FROM sales", {"sales"}),
+              "SUM(DISTINCT amount) AS amounts, COUNT(DISTINCT product_id, amount) AS pairs FROM sales", {"sales"}),
     "topagg": ("SELECT ds, SUM(amount) AS total, COUNT(*) AS n, COUNT(DISTINCT product_id) AS np FROM sales GROUP BY ds "
                "ORDER BY total DESC NULLS LAST, np, 1 LIMIT 2", {"sales"}),
     "joinagg": ("SELECT d.name, SUM(s.amount) AS total, COUNT(*) AS n FROM sales s JOIN dim d "
@@ -203,7 +203,7 @@ def test_the_rules_classify_the_shapes():
                              ("SELECT a, SUM(b) FROM t GROUP BY a ORDER BY 2", "ORDER BY"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a LIMIT 2", "LIMIT"),
                              ("SELECT a FROM t FULL OUTER JOIN u ON t.a = u.a", "FULL OUTER JOIN"),
-                             ("SELECT COUNT(DISTINCT a, b), SUM(b) FROM t", "COUNT(…) of several columns"),
+                             ("SELECT COUNT(a, b), SUM(b) FROM t", "COUNT(…) of several columns"),
                              ("SELECT a, collect_set(DISTINCT b) FROM t GROUP BY a", "COLLECT_SET(…) over DISTINCT"),
                              ("SELECT a, ROW_NUMBER() OVER (ORDER BY b) FROM t", "the window function ROW_NUMBER(…)"),
                              ("SELECT DISTINCT a, COUNT(*) FROM t GROUP BY a", "SELECT DISTINCT over an aggregate"),
@@ -228,6 +228,7 @@ def test_the_rules_classify_the_shapes():
                           ("SELECT c, COUNT(DISTINCT a), SUM(DISTINCT b), AVG(DISTINCT b), MIN(DISTINCT a), COUNT(*) "
                            "FROM t GROUP BY c HAVING COUNT(DISTINCT a) > 1", ("b", "a")),
                           ("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY a ORDER BY 2 LIMIT 2", ("b",)),
+                          ("SELECT c, COUNT(DISTINCT a, b) FROM t GROUP BY c", ("a", "b")),
                           ("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY CUBE (a)", ("b",))]:
         found = maintenance(query)
         assert isinstance(found, Aggregate) and set(found.keys[len(found.written_keys):]) == set(values), (query, found)

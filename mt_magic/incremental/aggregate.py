@@ -218,9 +218,9 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
             raise NotMaintainable(f"{call_name(call)} with FILTER")
         j = len(partials)
         if isinstance(call.this, exp.Distinct):
-            value = f"{STATE_KEY}{len(keys) + list(values).index(sql(call.this.expressions[0]))}"
+            columns = ", ".join(f"{STATE_KEY}{len(keys) + list(values).index(sql(v))}" for v in call.this.expressions)
             distinct = "DISTINCT " if len(values) > 1 else ""   # (one value's state rows are distinct already)
-            calls[text] = f"{type(call).__name__.upper()}({distinct}{value})"
+            calls[text] = f"{type(call).__name__.upper()}({distinct}{columns})"
         elif isinstance(call, exp.Avg):
             argument = sql(call.this)
             partials.append(Partial(f"SUM({argument})", "SUM", argument, counter=j + 1 if retractable else None))

@@ -98,7 +98,8 @@ def distinct_values(tree: exp.Select) -> dict[str, exp.Expression]:
             continue
         if not isinstance(call, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)):
             raise NotMaintainable(f"{call_name(call)} over DISTINCT values")
-        if len(call.this.expressions) != 1:
+        if len(call.this.expressions) != 1 and not isinstance(call, exp.Count):
             raise NotMaintainable(f"{call_name(call)} of several columns")
-        values.setdefault(sql(call.this.expressions[0]), call.this.expressions[0])
+        for value in call.this.expressions:     # (COUNT(DISTINCT a, b): each a value key)
+            values.setdefault(sql(value), value)
     return values
