@@ -251,8 +251,9 @@ def test_the_rules_classify_the_shapes():
     [term] = term_trees(valued.branches[0], valued.sources, 0, {"db.u"}, lambda i, version: f"r{i}_{version.value}")
     assert term.sign == 1 and term.tree.sql(dialect="spark").endswith(       # the guard reads the old rows of the IN's own table
         "AND NOT (((SELECT MAX(b) FROM r1_new AS v WHERE v.c = t.a) IN (SELECT k FROM r2_old AS u)) IS TRUE)")
-    # Under NOT, or on the right of a LEFT JOIN (its last join), an append takes rows away: maintained by an
-    # aggregate whose partials subtract (it counts its rows and SUMs' values then), recomputed elsewhere.
+    # Under NOT (a LEFT ANTI JOIN), or on a side of an outer join the other side is padded for, an append takes
+    # rows away: maintained by an aggregate whose partials subtract (it counts its rows and SUMs' values then),
+    # recomputed elsewhere; a LEFT SEMI JOIN, its last join, is an EXISTS.
     for query, appendable in (("SELECT a, COUNT(*) FROM db.t WHERE NOT EXISTS (SELECT 1 FROM db.u WHERE u.k = t.a) "
                                "AND a NOT IN (SELECT k FROM db.v) GROUP BY a", {"db.u", "db.v"}),
                               ("SELECT t.a, SUM(u.k) FROM db.t LEFT JOIN db.u ON t.a = u.k GROUP BY t.a", {"db.u"}),
@@ -261,10 +262,13 @@ def test_the_rules_classify_the_shapes():
                               ("SELECT COUNT(t.a), SUM(u.k) FROM db.t FULL JOIN db.u ON t.a = u.k", {"db.t", "db.u"}),
                               ("SELECT t.a, SUM(u.k) FROM db.t LEFT JOIN db.u ON t.a = u.k JOIN db.v ON v.k = t.a "
                                "GROUP BY t.a", set()),
-                              ("SELECT a FROM db.t WHERE NOT EXISTS (SELECT 1 FROM db.u WHERE u.k = t.a)", set())):
+                              ("SELECT a FROM db.t WHERE NOT EXISTS (SELECT 1 FROM db.u WHERE u.k = t.a)", set()),
+                              ("SELECT t.a FROM db.t LEFT SEMI JOIN db.u ON u.k = t.a", {"db.u"}),
+                              ("SELECT t.a FROM db.t LEFT ANTI JOIN db.u ON u.k = t.a", set()),
+                              ("SELECT COUNT(*) FROM db.t LEFT ANTI JOIN db.u ON u.k = t.a", {"db.u"})):
         found = maintenance(query)
-        assert appendable_held(found) == appendable and found.retracts == bool(appendable) \
-            if isinstance(found, Aggregate) else not appendable, query
+        assert appendable_held(found) == appendable, query
+        assert not isinstance(found, Aggregate) or found.retracts == bool(appendable), query
     summed = maintenance("SELECT a, SUM(b) AS s FROM t WHERE b > (SELECT AVG(c) FROM u) GROUP BY a")
     assert isinstance(summed, Aggregate) and [p.expression for p in summed.partials] == ["SUM(b)"]
 
@@ -298,11 +302,11 @@ def test_an_append_to_a_table_read_in_exists_and_in_lets_old_rows_pass_increment
 
 def test_an_append_that_stops_rows_or_matches_padded_ones_is_taken_from_an_aggregates_state(spark, gw):
     """An aggregate whose partials subtract, over a table filtered by a NOT EXISTS and a NOT IN of another
-    one, or LEFT JOINed with it (also under a second aggregate: TPC-H Q13's shape), or FULL JOINed: rows
-    appended to that one stop old rows (a NULL in a NOT IN's list stops every row), or turn rows padded
-    with NULLs into matched ones — taken away from the state, refreshed incrementally and equal to the
-    query, with the facts appended at once too. A MAX cannot be taken from, and recomputes; so does a
-    rewrite."""
+    one (or a LEFT ANTI JOIN), or LEFT JOINed with it (also under a second aggregate: TPC-H Q13's shape),
+    or FULL JOINed: rows appended to that one stop old rows (a NULL in a NOT IN's list stops every row),
+    or turn rows padded with NULLs into matched ones — taken away from the state, refreshed incrementally
+    and equal to the query, with the facts appended at once too (a LEFT SEMI JOIN's rows, which an append
+    only adds, are appended). A MAX cannot be taken from, and recomputes; so does a rewrite."""
     spark.sql("CREATE TABLE facts (k INT, v DOUBLE) USING parquet")
     spark.sql("CREATE TABLE keyed (id INT, w DOUBLE) USING parquet")
     spark.sql("INSERT INTO facts VALUES (1, 1.0), (2, 2.0), (3, 3.0), (NULL, 4.0), (2, NULL), (1, 1.0), (5, 6.0)")
@@ -315,6 +319,9 @@ def test_an_append_that_stops_rows_or_matches_padded_ones_is_taken_from_an_aggre
                            "keyed e ON f.k = e.id AND e.w > 1 GROUP BY f.k) AS per GROUP BY c",
                "both": "SELECT f.k, e.id, COUNT(*) AS n, SUM(f.v) AS s, SUM(e.w) AS ws FROM facts f FULL OUTER JOIN "
                        "keyed e ON e.id = f.k GROUP BY f.k, e.id",
+               "anti": "SELECT f.k, COUNT(*) AS n, SUM(f.v) AS s FROM facts f LEFT ANTI JOIN keyed e ON e.id = f.k "
+                       "AND e.w > 1 GROUP BY f.k",
+               "semi": "SELECT f.k, f.v FROM facts f LEFT SEMI JOIN keyed e ON e.id = f.k",     # (rows only added)
                "highest": "SELECT k, MAX(v) AS hi FROM facts f WHERE NOT EXISTS (SELECT 1 FROM keyed e "
                           "WHERE e.id = f.k) GROUP BY k"}
     for name, query in queries.items():

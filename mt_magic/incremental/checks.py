@@ -106,6 +106,7 @@ _JOINS = {"", "INNER", "CROSS", "LEFT", "LEFT OUTER", "LEFT SEMI", "LEFT ANTI", 
           "RIGHT OUTER", "FULL", "FULL OUTER"}
 _PADDING = {"LEFT": ("LEFT", "LEFT OUTER", "FULL", "FULL OUTER"),      # the joins that pad a side's rows
             "RIGHT": ("RIGHT", "RIGHT OUTER", "FULL", "FULL OUTER")}
+_SEMI = ("LEFT SEMI", "SEMI", "LEFT ANTI", "ANTI")        # an EXISTS (NOT EXISTS) of its right side
 
 
 def join_words(join: exp.Join) -> str:
@@ -172,8 +173,9 @@ def monotone(tree: exp.Expression) -> dict[int, Monotone]:
     """The held occurrences an append to which changes the result in one direction per row: the one table
     of a subquery that is an EXISTS or IN conjunct of a WHERE (of `tree`, or of a query it reads as a
     relation), the subquery filtering and projecting that table alone — a row appended to it can let an
-    old row pass and stops none (an IN's NULL is not TRUE, as its FALSE) —, under NOT the reverse, and
-    the one table on the right of a LEFT or FULL JOIN that is the last join of its SELECT, or on the left
+    old row pass and stops none (an IN's NULL is not TRUE, as its FALSE) —, under NOT the reverse (so of a
+    LEFT SEMI or ANTI JOIN of one table, its SELECT's last join), and the one table on the right of a
+    LEFT or FULL JOIN that is the last join of its SELECT, or on the left
     of a RIGHT or FULL JOIN that is its only one (an appended row turns the other side's padded rows it
     matches into matched ones). A rewrite, which can do both, recomputes."""
     index = {id(t): i for i, t in enumerate(tables(tree))}
@@ -195,6 +197,9 @@ def monotone(tree: exp.Expression) -> dict[int, Monotone]:
         if not joins or joins[-1].args.get("on") is None:
             continue
         last, first = joins[-1], scope.args["from_"].this
+        if join_words(last) in _SEMI and isinstance(last.this, exp.Table) and id(last.this) not in _joined(tree, last):
+            found[index[id(last.this)]] = Monotone(Appended.STOPS if "ANTI" in join_words(last) else Appended.PASSES, last)
+            continue
         sides = [(last.this, "LEFT")] + ([(first, "RIGHT")] if len(joins) == 1 else [])
         for side, padded in sides:      # (the side whose rows are padded for it)
             if join_words(last) in _PADDING[padded] and isinstance(side, exp.Table) and \

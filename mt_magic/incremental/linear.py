@@ -84,13 +84,15 @@ def term_trees(branch: exp.Select, occurrences: tuple[str, ...], start: int, app
             continue
         term = replaced(branch, lambda j, i=i: names(
             start + j, Version.NEW if j < i else Version.DELTA if j == i else Version.OLD))
-        how, old = held.get(i), names(start + i, Version.OLD)
+        how, old, table = held.get(i), names(start + i, Version.OLD), tables(term)[i]
         if how is None:
             terms.append(Term(term))
         elif how.appended is Appended.MATCHES:
             terms.extend(_matched(term, i, old))
         else:
-            terms.append(_passing(term, i, old, how.appended is Appended.STOPS))
+            if isinstance(how.node, exp.Join):
+                _as_exists(table, how.appended is Appended.STOPS)
+            terms.append(_passing(term, table, old, how.appended is Appended.STOPS))
     return terms
 
 
@@ -102,11 +104,22 @@ def added_trees(terms: list[Term]) -> list[exp.Select]:
     return [term.tree for term in terms]
 
 
-def _passing(term: exp.Select, occurrence: int, old: str, negated: bool) -> Term:
-    """The EXISTS or IN reading the occurrence's appended rows in `term` made to keep the rows they let
-    pass and its old rows did not; `negated` (under NOT): the rows its old rows let pass and they stop,
-    taken away (`_stopped`)."""
-    appended = tables(term)[occurrence]
+def _as_exists(table: exp.Table, negated: bool) -> None:
+    """A LEFT SEMI (ANTI) JOIN of `table`, its SELECT's last join, as the EXISTS (NOT EXISTS) conjunct of
+    its WHERE that it is; `table` itself moved into it."""
+    join = table.parent
+    scope, on = join.parent, join.args["on"]
+    join.pop()
+    test = exp.Exists(this=exp.select("1").from_(table, copy=False).where(on, copy=False))
+    where = scope.args.get("where")
+    conjunct = exp.Not(this=test) if negated else test
+    scope.set("where", exp.Where(this=exp.and_(where.this, conjunct, copy=False) if where is not None else conjunct))
+
+
+def _passing(term: exp.Select, appended: exp.Table, old: str, negated: bool) -> Term:
+    """The EXISTS or IN reading the `appended` rows in `term` made to keep the rows they let pass and its
+    old rows did not; `negated` (under NOT): the rows its old rows let pass and they stop, taken away
+    (`_stopped`)."""
     predicate = appended.find_ancestor(exp.Exists, exp.In)
     before = predicate.copy()
     relation = exp.to_table(old, dialect=DIALECT)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import Aggregate
-from mt_magic.incremental.checks import HELD_ABOVE, HELD_FILTER, HELD_VALUE, Appended, held_still, join_words, monotone
+from mt_magic.incremental.checks import (HELD_ABOVE, HELD_FILTER, HELD_VALUE, Appended, Monotone, held_still, join_words,
+                                         monotone)
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import identifier, sql, subquery_expression, tables
@@ -65,14 +66,15 @@ def _input(select: exp.Select, signed: bool = False) -> list[str]:
     """The scans, joins and filters of one SELECT (its subqueries in FROM read through); `signed`: an
     append can take rows away (`rules.takes_away`)."""
     held = held_still(select)
-    moving = {i: how.appended for i, how in monotone(select).items() if signed or how.appended is Appended.PASSES}
+    found = {i: how for i, how in monotone(select).items() if signed or how.appended is Appended.PASSES}
+    moving = {i: how.appended for i, how in found.items()}
     lines = []
-    moving_tables = [table for index, table in enumerate(tables(select)) if moving.get(index) is Appended.MATCHES]
+    moving_tables = {id(table): moving[index] for index, table in enumerate(tables(select)) if index in moving}
     for index, table in enumerate(tables(select)):
         where = held.get(index)
         lines.append(f"scan {identifier(table)}: " + (
             f"read {where}, held still (a change recomputes)" if where and index not in moving else
-            f"read {where}{_MOVING[moving[index]]}; a rewrite recomputes" if where else
+            f"read {where}{_moved(found[index])}; a rewrite recomputes" if where else
             "its appended files read (its change)"))
     inside = {id(n) for q in select.walk() if q is not select and subquery_expression(q) for n in q.walk()}
     for scope in select.find_all(exp.Select):
@@ -81,11 +83,13 @@ def _input(select: exp.Select, signed: bool = False) -> list[str]:
         for join in scope.args.get("joins") or ():
             name = join.this.alias_or_name
             words = join_words(join)
-            padding = [t for t in moving_tables if t.parent is join or t.parent is scope.args["from_"]]
-            unpads = "adds the rows it matches and takes away the padded rows they replace"
+            right_moves = moving_tables.get(id(join.this))
+            padding = Appended.MATCHES in (right_moves, moving_tables.get(id(scope.args["from_"].this)))
+            unpads = _JOINED[Appended.MATCHES]
             if words.startswith(("LEFT", "SEMI", "ANTI")):
                 words = words if words.startswith("LEFT") else f"LEFT {words}"
-                right = f"; an append to its right side {unpads}" if padding else " while its right side holds still"
+                right = f"; an append to its right side {_JOINED[right_moves]}" if right_moves else \
+                    " while its right side holds still"
                 lines.append(f"{words} JOIN {name}: linear in its left side{right}")
             elif words.startswith("RIGHT"):
                 left = f"; an append to its left side {unpads}" if padding else " while its left side holds still"
@@ -114,9 +118,17 @@ def _input(select: exp.Select, signed: bool = False) -> list[str]:
     return lines
 
 
-_MOVING = {Appended.PASSES: " (an EXISTS or IN): its appended rows add the rows they let pass and its old rows did "
-                            "not (a semi-join's change)",
-           Appended.STOPS: " (a NOT EXISTS or NOT IN): its appended rows take away the rows they stop and its old "
-                           "rows let pass (an anti-join's change)",
-           Appended.MATCHES: ": its appended rows add the rows they match and take away the rows padded with NULLs "
-                             "those replace"}
+def _moved(how: Monotone) -> str:
+    """What an append does to the rows, named after the predicate that reads it (not after a join)."""
+    label, text = _MOVING[how.appended]
+    return f" ({label}): {text}" if label and not isinstance(how.node, exp.Join) else f": {text}"
+
+
+_MOVING = {Appended.PASSES: ("an EXISTS or IN", "its appended rows add the rows they let pass and its old rows did "
+                                               "not (a semi-join's change)"),
+           Appended.STOPS: ("a NOT EXISTS or NOT IN", "its appended rows take away the rows they stop and its old rows "
+                                                      "let pass (an anti-join's change)"),
+           Appended.MATCHES: (None, "its appended rows add the rows they match and take away the rows padded with NULLs "
+                                    "those replace")}
+_JOINED = {Appended.PASSES: "adds the rows it lets pass", Appended.STOPS: "takes away the rows it stops",
+           Appended.MATCHES: "adds the rows it matches and takes away the padded rows they replace"}
