@@ -38,7 +38,8 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
             raise NotMaintainable(CLAUSES.get(arg, arg.upper()))
     for join in tree.args.get("joins") or ():
         if join_words(join) not in _JOINS or join_words(join).startswith("FULL") and "group" not in allowed:
-            raise NotMaintainable(f"{join_words(join)} JOIN" + (" outside an aggregate" if join_words(join) in _JOINS else ""))
+            outside = " outside an aggregate" if join_words(join) in _JOINS else ""
+            raise NotMaintainable(f"{join_words(join)} JOIN{outside}")
     from_ = tree.args.get("from_")
     if from_ is None:
         raise NotMaintainable("a query without FROM")
@@ -198,7 +199,8 @@ def monotone(tree: exp.Expression) -> dict[int, Monotone]:
             continue
         last, first = joins[-1], scope.args["from_"].this
         if join_words(last) in _SEMI and isinstance(last.this, exp.Table) and id(last.this) not in _joined(tree, last):
-            found[index[id(last.this)]] = Monotone(Appended.STOPS if "ANTI" in join_words(last) else Appended.PASSES, last)
+            anti = "ANTI" in join_words(last)
+            found[index[id(last.this)]] = Monotone(Appended.STOPS if anti else Appended.PASSES, last)
             continue
         sides = [(last.this, "LEFT")] + ([(first, "RIGHT")] if len(joins) == 1 else [])
         for side, padded in sides:      # (the side whose rows are padded for it)

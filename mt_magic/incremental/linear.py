@@ -64,7 +64,7 @@ def _terms(branch: exp.Select, occurrences: tuple[str, ...], start: int, appende
 @dataclass(frozen=True)
 class Term:
     """One term of the change: rows gained, or (`sign` −1) rows lost — stopped by a NOT EXISTS or NOT IN,
-    padded rows a LEFT JOIN now matches —, which a rule whose state subtracts takes away."""
+    padded rows an outer join now matches —, which a rule whose state subtracts takes away."""
 
     tree: exp.Select
     sign: int = 1
@@ -75,8 +75,8 @@ def term_trees(branch: exp.Select, occurrences: tuple[str, ...], start: int, app
     """The bilinear rule: one term per appended occurrence. One held still but moving each row one way
     (`monotone`) is not linear: its term keeps the rows its appended rows make pass and its old rows did
     not (a semi-join's change: EXISTS over the appended rows AND NOT over the old ones); under NOT, the
-    rows they stop, taken away; on the right of a LEFT JOIN, the rows they match, and taken away the
-    rows padded with NULLs those replace."""
+    rows they stop, taken away; on a side of an outer join the other side is padded for, the rows they
+    match, and taken away the other side's rows padded with NULLs those replace."""
     held = monotone(branch)
     terms = []
     for i, source in enumerate(occurrences):
@@ -111,9 +111,7 @@ def _as_exists(table: exp.Table, negated: bool) -> None:
     scope, on = join.parent, join.args["on"]
     join.pop()
     test = exp.Exists(this=exp.select("1").from_(table, copy=False).where(on, copy=False))
-    where = scope.args.get("where")
-    conjunct = exp.Not(this=test) if negated else test
-    scope.set("where", exp.Where(this=exp.and_(where.this, conjunct, copy=False) if where is not None else conjunct))
+    _conjoined(scope, exp.Not(this=test) if negated else test)
 
 
 def _passing(term: exp.Select, appended: exp.Table, old: str, negated: bool) -> Term:
@@ -122,9 +120,9 @@ def _passing(term: exp.Select, appended: exp.Table, old: str, negated: bool) -> 
     (`_stopped`)."""
     predicate = appended.find_ancestor(exp.Exists, exp.In)
     before = predicate.copy()
-    relation = exp.to_table(old, dialect=DIALECT)
-    relation.set("alias", appended.args["alias"].copy())
-    position = next(k for k, table in enumerate(tables(predicate)) if table is appended)   # an IN's value may read one too
+    relation = _old_rows(appended, old)
+    # (an IN's value may read a table too)
+    position = next(k for k, table in enumerate(tables(predicate)) if table is appended)
     tables(before)[position].replace(relation)
     if negated:
         negation = predicate
@@ -166,15 +164,25 @@ def _matched(term: exp.Select, occurrence: int, old: str) -> list[Term]:
     pads_own = join_words(join).startswith(("FULL", "RIGHT" if right else "LEFT"))
     _set_side(_join_of(tables(matched)[occurrence]), ("RIGHT" if right else "LEFT") if pads_own else None)
     on = join.args["on"]
-    relation = exp.to_table(old, dialect=DIALECT)
-    relation.set("alias", appended.args["alias"].copy())
-    test = [exp.Exists(this=exp.select("1").from_(r.copy()).where(on.copy())) for r in (relation, appended)]
-    scope = join.parent
-    where = scope.args.get("where")
-    scope.set("where", exp.Where(this=exp.and_(*([where.this] if where is not None else []), exp.not_(test[0]), test[1])))
+    before, now = (exp.Exists(this=exp.select("1").from_(r.copy()).where(on.copy()))
+                   for r in (_old_rows(appended, old), appended))
+    _conjoined(join.parent, exp.not_(before), now)
     join.set("on", exp.false())
     _set_side(join, "LEFT" if right else "RIGHT")
     return [Term(matched), Term(term, -1)]
+
+
+def _old_rows(appended: exp.Table, old: str) -> exp.Table:
+    """The occurrence's old rows, under the alias its appended ones are read by."""
+    relation = exp.to_table(old, dialect=DIALECT)
+    relation.set("alias", appended.args["alias"].copy())
+    return relation
+
+
+def _conjoined(scope: exp.Select, *tests: exp.Expression) -> None:
+    """`tests` added to the WHERE of `scope`, as conjuncts."""
+    where = scope.args.get("where")
+    scope.set("where", exp.Where(this=exp.and_(*([where.this] if where is not None else []), *tests, copy=False)))
 
 
 def _join_of(table: exp.Table) -> exp.Join:

@@ -106,8 +106,7 @@ def _input(select: exp.Select, signed: bool = False) -> list[str]:
             filtering = HELD_FILTER in held.values() and where.find(exp.Exists, exp.Select) is not None
             read = {index for index, table in enumerate(tables(select)) if table.find_ancestor(exp.Where) is where}
             kinds = {moving[i] for i in read & set(moving)}
-            does = " and ".join(words for kind, words in ((Appended.PASSES, "adds the rows it lets pass"),
-                                                          (Appended.STOPS, "takes away the rows it stops")) if kind in kinds)
+            does = " and ".join(_JOINED[kind] for kind in (Appended.PASSES, Appended.STOPS) if kind in kinds)
             lines.append(f"filter {text}: " + (
                 f"{'a semi-join' if kinds == {Appended.PASSES} else 'a semi- or anti-join'}, applied to the change; an "
                 f"append to its subqueries' tables {does}" if filtering and read <= set(moving) else "a semi- or "
@@ -128,7 +127,7 @@ _MOVING = {Appended.PASSES: ("an EXISTS or IN", "its appended rows add the rows 
                                                "not (a semi-join's change)"),
            Appended.STOPS: ("a NOT EXISTS or NOT IN", "its appended rows take away the rows they stop and its old rows "
                                                       "let pass (an anti-join's change)"),
-           Appended.MATCHES: (None, "its appended rows add the rows they match and take away the rows padded with NULLs "
-                                    "those replace")}
+           Appended.MATCHES: (None, "its appended rows add the rows they match and take away the rows padded "
+                                    "with NULLs those replace")}
 _JOINED = {Appended.PASSES: "adds the rows it lets pass", Appended.STOPS: "takes away the rows it stops",
            Appended.MATCHES: "adds the rows it matches and takes away the padded rows they replace"}
