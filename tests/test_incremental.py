@@ -300,25 +300,19 @@ def test_an_append_to_a_table_read_in_exists_and_in_lets_old_rows_pass_increment
     assert _multiset(spark.table("passing").collect()) == _multiset(spark.sql(query).collect())
 
 
-def test_an_append_that_stops_rows_or_matches_padded_ones_is_taken_from_an_aggregates_state(spark, gw):
+def test_an_append_that_stops_rows_is_taken_from_an_aggregates_state(spark, gw):
     """An aggregate whose partials subtract, over a table filtered by a NOT EXISTS and a NOT IN of another
-    one (or a LEFT ANTI JOIN), or LEFT JOINed with it (also under a second aggregate: TPC-H Q13's shape),
-    or FULL JOINed: rows appended to that one stop old rows (a NULL in a NOT IN's list stops every row),
-    or turn rows padded with NULLs into matched ones — taken away from the state, refreshed incrementally
-    and equal to the query, with the facts appended at once too (a LEFT SEMI JOIN's rows, which an append
-    only adds, are appended). A MAX cannot be taken from, and recomputes; so does a rewrite."""
+    one, or by a LEFT ANTI JOIN of it: rows appended to that one stop old rows (a NULL in a NOT IN's list
+    stops every row) — taken away from the state, refreshed incrementally and equal to the query, with the
+    facts appended at once too; a LEFT SEMI JOIN's rows, which an append only adds, are appended. A MAX
+    cannot be taken from, and recomputes; so does a rewrite. (Outer joins' padded rows: the state machine's
+    `leftagg`, `rightsum`, `fullagg` and `custdist`.)"""
     spark.sql("CREATE TABLE facts (k INT, v DOUBLE) USING parquet")
     spark.sql("CREATE TABLE keyed (id INT, w DOUBLE) USING parquet")
     spark.sql("INSERT INTO facts VALUES (1, 1.0), (2, 2.0), (3, 3.0), (NULL, 4.0), (2, NULL), (1, 1.0), (5, 6.0)")
     spark.sql("INSERT INTO keyed VALUES (1, 9.0)")
     queries = {"unmatched": "SELECT k, COUNT(*) AS n, SUM(v) AS s, AVG(v) AS mean FROM facts f WHERE NOT EXISTS "
                             "(SELECT 1 FROM keyed e WHERE e.id = f.k) AND v NOT IN (SELECT w FROM keyed) GROUP BY k",
-               "padded": "SELECT f.k, COUNT(*) AS n, COUNT(e.w) AS matched, SUM(e.w) AS s FROM facts f "
-                         "LEFT JOIN keyed e ON e.id = f.k GROUP BY f.k",
-               "custdist": "SELECT c, COUNT(*) AS ks FROM (SELECT f.k, COUNT(e.id) AS c FROM facts f LEFT OUTER JOIN "
-                           "keyed e ON f.k = e.id AND e.w > 1 GROUP BY f.k) AS per GROUP BY c",
-               "both": "SELECT f.k, e.id, COUNT(*) AS n, SUM(f.v) AS s, SUM(e.w) AS ws FROM facts f FULL OUTER JOIN "
-                       "keyed e ON e.id = f.k GROUP BY f.k, e.id",
                "anti": "SELECT f.k, COUNT(*) AS n, SUM(f.v) AS s FROM facts f LEFT ANTI JOIN keyed e ON e.id = f.k "
                        "AND e.w > 1 GROUP BY f.k",
                "semi": "SELECT f.k, f.v FROM facts f LEFT SEMI JOIN keyed e ON e.id = f.k",     # (rows only added)
@@ -332,8 +326,8 @@ def test_an_append_that_stops_rows_or_matches_padded_ones_is_taken_from_an_aggre
     assert plan[1] == (f"scan {keyed}: read in a subquery of WHERE (a NOT EXISTS or NOT IN): its appended rows take "
                        "away the rows they stop and its old rows let pass (an anti-join's change); a rewrite recomputes")
     assert plan[-1] == "aggregate by k: the change's partials merged (SUM); state: 5 partials per group", plan
-    for facts, rows in ((None, "(2, 5.0)"), ("(3, 3.0), (4, 4.0)", "(3, 2.0), (NULL, NULL)"),
-                        ("(6, 1.0)", "(4, 1.0), (4, 2.0)"), (None, "(6, NULL)")):
+    for facts, rows in ((None, "(2, 5.0)"), ("(3, 3.0), (4, 4.0)", "(3, 2.0), (4, 1.0), (4, 2.0)"),
+                        ("(6, 1.0)", "(NULL, NULL)")):
         if facts:
             spark.sql(f"INSERT INTO facts VALUES {facts}")
         spark.sql(f"INSERT INTO keyed VALUES {rows}")
