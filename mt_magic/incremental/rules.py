@@ -82,6 +82,13 @@ def takes_away(rule: Rule) -> bool:
     return isinstance(rule, Aggregate) and rule.subtracts and rule.retracts
 
 
+def takes_rows_away(rule: Rule, appended: set[str]) -> bool:
+    """An append to these sources takes rows away from the rule's state (terms of weight −1): a group,
+    and so a partition of the table, may be emptied."""
+    return takes_away(rule) and any(rule.sources[i] in appended for i, how in monotone_occurrences(rule).items()
+                                    if how is not Appended.PASSES)
+
+
 def appendable_held(rule: Rule) -> set[str]:
     """The held sources (`held_sources`) an append to which is maintained: every place they are held
     is one they only grow the result from, or (a rule that `takes_away`) move each row one way."""

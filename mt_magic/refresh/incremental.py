@@ -25,7 +25,7 @@ from mt_magic.catalog.model import MaterializedTable, Storage, Target
 from mt_magic.incremental import merging
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.provenance import OTHER_BRANCHES, PARTITION, Branches, tagged_change, tagged_rows
-from mt_magic.incremental.rules import Aggregate, Linear, TopN
+from mt_magic.incremental.rules import Aggregate, Linear, TopN, takes_rows_away
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.kept_partials import KeptPartials, Staged
@@ -100,7 +100,8 @@ class Maintainer:
                     return _as_published(table, manifest, RefreshResult(
                         table.storage, 0, time.monotonic() - started, relations.group), relations.delta_rows())
                 return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
-            within = partitioning_key(table, rule, manifest)
+            # (where rows are taken away a partition may be emptied: only a whole write drops it)
+            within = None if takes_rows_away(rule, appended) else partitioning_key(table, rule, manifest)
             merged = merging.merged(rule, old, appended, names.name, within) if isinstance(rule, Aggregate) else \
                 rule.merged(old, appended, names.name)
             return self._stateful(table, rule, merged or f"SELECT * FROM {old}", relations,
