@@ -100,7 +100,6 @@ class Maintainer:
                     return _as_published(table, manifest, RefreshResult(
                         table.storage, 0, time.monotonic() - started, relations.group), relations.delta_rows())
                 return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
-            # (where rows are taken away a partition may be emptied: only a whole write drops it)
             within = None if takes_rows_away(rule, appended) else partitioning_key(table, rule, manifest)
             merged = merging.merged(rule, old, appended, names.name, within) if isinstance(rule, Aggregate) else \
                 rule.merged(old, appended, names.name)
