@@ -28,8 +28,8 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
     subquery (a CTE, inlined) in FROM or JOIN is a relation when it is itself linear — project, filter,
     inner joins, UNION ALL —, for then the query stays linear in each table it reads, however nested. A
     LEFT JOIN (outer, semi or anti) is linear in its left side while its right side holds still
-    (`held_still`), a RIGHT JOIN in its right side while its left holds still, an aggregate's FULL JOIN
-    while both hold still (an append to either maintained: `monotone`); so is a WHERE in the
+    (`held_still`), a RIGHT JOIN in its right side while its left holds still, a FULL JOIN while both
+    hold still (an append to either maintained: `monotone`); so is a WHERE in the
     tables it filters while the tables its subqueries read (EXISTS, IN, a scalar subquery: semi- and
     anti-joins; aggregating or not) hold still — each row then passes or not as it did —, and a linear
     SELECT's scalar subqueries likewise: each row's value is what it was."""
@@ -37,9 +37,8 @@ def check_select(tree: exp.Select, allowed: set[str]) -> None:
         if value and arg not in allowed:
             raise NotMaintainable(CLAUSES.get(arg, arg.upper()))
     for join in tree.args.get("joins") or ():
-        if join_words(join) not in _JOINS or join_words(join).startswith("FULL") and "group" not in allowed:
-            outside = " outside an aggregate" if join_words(join) in _JOINS else ""
-            raise NotMaintainable(f"{join_words(join)} JOIN{outside}")
+        if join_words(join) not in _JOINS:
+            raise NotMaintainable(f"{join_words(join)} JOIN")
     from_ = tree.args.get("from_")
     if from_ is None:
         raise NotMaintainable("a query without FROM")

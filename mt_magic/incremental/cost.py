@@ -81,12 +81,14 @@ Within = Callable[[int, int, bool], "int | None"]
 
 
 def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceBytes],
-             state_bytes: int | None, within: Within | None = None, checked: Collection[int] = ()) -> Estimate:
+             state_bytes: int | None, within: Within | None = None, checked: Collection[int] = (),
+             state_work: str = "") -> Estimate:
     """`branches`: per UNION ALL branch (one for a plain SELECT), the source each occurrence reads;
     `state_bytes`: the hidden state's size, None for a table that keeps none; `within`: what a read
     bounded by the appended rows' join keys scans (`key_bounds`); `checked`: the occurrences held still
     but moving each row one way (an EXISTS or IN, under NOT too, a LEFT JOIN's right side), whose
-    appended rows are checked against their old ones (`linear.term_trees`)."""
+    appended rows are checked against their old ones (`linear.term_trees`); `state_work`: what reading
+    and writing `state_bytes` is for, if not merging a state (a linear table's rows taken away)."""
     parts = _Parts()
     incremental = full = start = 0
     for occurrences in branches:
@@ -108,7 +110,7 @@ def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceByte
                                          sources[source].old)
         start += len(occurrences)
     if state_bytes is not None:
-        incremental += parts.add(_MERGING, STATE_PASSES * state_bytes)
+        incremental += parts.add(state_work or _MERGING, STATE_PASSES * state_bytes)
         full += state_bytes
     return Estimate(incremental, full, tuple(parts.items()))
 

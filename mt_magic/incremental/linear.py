@@ -5,6 +5,7 @@ old files), merged by adding files."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -37,10 +38,15 @@ class Linear:
         return " UNION ALL ".join(sql(replaced(branch, lambda j, start=start: names(start + j, Version.NEW)))
                                   for branch, start in self.starts())
 
-    def delta(self, appended: set[str], names: Names) -> str | None:
-        """The rows the result gains from the appended sources; None when none of them is read."""
-        return _union(_terms(branch, occurrences, start, appended, names)
-                      for (branch, start), occurrences in zip(self.starts(), self.occurrences, strict=True))
+    def delta(self, appended: set[str], names: Names) -> tuple[str | None, str | None]:
+        """The rows the result gains from the appended sources, and those it loses (stopped by a NOT
+        EXISTS or NOT IN, padded rows an outer join now matches); None where there are none."""
+        return signed(self.terms(appended, names))
+
+    def terms(self, appended: set[str], names: Names) -> list[tuple[Term, int]]:
+        """The bilinear rule's terms of every branch, each with its branch's first occurrence."""
+        return [(term, start) for (branch, start), occurrences in zip(self.starts(), self.occurrences, strict=True)
+                for term in term_trees(branch, occurrences, start, appended, names)]
 
     def starts(self) -> list[tuple[exp.Select, int]]:
         """Each branch, and the index of its first occurrence among the query's."""
@@ -54,11 +60,6 @@ class Linear:
 def linear_union(tree: exp.Union) -> Linear:
     branches = linear_branches(tree, "an aggregate under UNION ALL")
     return Linear(tuple(branches), tuple(tuple(identifier(t) for t in tables(b)) for b in branches))
-
-
-def _terms(branch: exp.Select, occurrences: tuple[str, ...], start: int, appended: set[str],
-           names: Names) -> list[str]:
-    return [sql(t) for t in added_trees(term_trees(branch, occurrences, start, appended, names))]
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,9 @@ def _set_side(join: exp.Join, side: str | None) -> None:
     join.set("kind", None)
 
 
-def _union(parts) -> str | None:
-    flat = [part for group in parts for part in group]
-    return " UNION ALL ".join(flat) if flat else None
+def signed(terms: list[tuple[Term, int]], shaped: Callable[[exp.Select, int], exp.Select] = lambda tree, _: tree,
+           ) -> tuple[str | None, str | None]:
+    """The terms' rows gained and lost, each one UNION ALL (`shaped`: each term's tree, given its
+    branch's first occurrence); None where there are none."""
+    return tuple(" UNION ALL ".join(sql(shaped(term.tree, start)) for term, start in terms if term.sign == sign)
+                 or None for sign in (1, -1))     # type: ignore[return-value]

@@ -12,7 +12,8 @@ from mt_magic.incremental.checks import (HELD_ABOVE, HELD_FILTER, HELD_VALUE, Ap
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import identifier, sql, subquery_expression, tables
-from mt_magic.incremental.rules import Recompute, Rule, takes_away
+from mt_magic.incremental.rules import (Recompute, Rule, appendable_held, held_sources, monotone_occurrences,
+                                        takes_away)
 from mt_magic.incremental.topn import TopN
 
 
@@ -20,20 +21,24 @@ def maintained_plan(rule: Rule) -> list[str]:
     """One line per operator, the input's first and the result's last."""
     if isinstance(rule, Recompute):
         return [f"full recompute: {rule.reason}"]
+    stuck = set(held_sources(rule)) - appendable_held(rule)       # held still where one of its reads is
     if isinstance(rule, Linear):
-        lines = [line for branch in rule.branches for line in _input(branch)]
+        lines = [line for branch in rule.branches for line in _input(branch, stuck, signed=True)]
         if len(rule.branches) > 1:
             lines.append(f"UNION ALL of {len(rule.branches)} branches: each branch's change appended")
-        return [*lines, "result: the change appended as new files (no state)"]
+        taking = any(how is not Appended.PASSES and rule.sources[i] not in stuck
+                     for i, how in monotone_occurrences(rule).items())
+        return [*lines, "result: the change appended as new files (no state)" + (
+            "; the rows an append takes away: the files they are in written again without them" if taking else "")]
     if isinstance(rule, TopN):
         by = ", ".join(rule.keys) or "the whole result"
-        return [*_input(rule.ranked), f"top-{rule.limit} per {by}: the change's rows ranked with the kept ones; "
+        return [*_input(rule.ranked, stuck), f"top-{rule.limit} per {by}: the change's rows ranked with the kept ones; "
                                       f"state: the rows within {rule.limit} per key"]
     if isinstance(rule, DistinctCount):
         by = ", ".join(rule.keys) or "the one group"
-        return [*_input(rule.select), f"COUNT(DISTINCT …) per {by}: the change's new values added; "
+        return [*_input(rule.select, stuck), f"COUNT(DISTINCT …) per {by}: the change's new values added; "
                                       "state: the distinct values per group"]
-    return [*_input(rule.select, takes_away(rule)), *_aggregated(rule)]
+    return [*_input(rule.select, stuck, takes_away(rule)), *_aggregated(rule)]
 
 
 def _aggregated(rule: Aggregate) -> list[str]:
@@ -62,11 +67,14 @@ def _aggregated(rule: Aggregate) -> list[str]:
     return lines
 
 
-def _input(select: exp.Select, signed: bool = False) -> list[str]:
-    """The scans, joins and filters of one SELECT (its subqueries in FROM read through); `signed`: an
-    append can take rows away (`rules.takes_away`)."""
+def _input(select: exp.Select, stuck: set[str], signed: bool = False) -> list[str]:
+    """The scans, joins and filters of one SELECT (its subqueries in FROM read through); `stuck`: the
+    sources held still wherever they are read (another read of theirs is); `signed`: an append can take
+    rows away (`rules.takes_away`)."""
     held = held_still(select)
-    found = {i: how for i, how in monotone(select).items() if signed or how.appended is Appended.PASSES}
+    scanned = tables(select)
+    found = {i: how for i, how in monotone(select).items()
+             if (signed or how.appended is Appended.PASSES) and identifier(scanned[i]) not in stuck}
     moving = {i: how.appended for i, how in found.items()}
     lines = []
     moving_tables = {id(table): moving[index] for index, table in enumerate(tables(select)) if index in moving}

@@ -26,7 +26,7 @@ from sqlglot import exp
 
 from mt_magic.incremental.aggregate import STATE_PARTIAL, Aggregate
 from mt_magic.incremental.checks import held_still
-from mt_magic.incremental.linear import Linear, added_trees, term_trees
+from mt_magic.incremental.linear import Linear, added_trees, signed, term_trees
 from mt_magic.incremental.occurrences import Names, liftable, lifted, replaced, sql, tables
 from mt_magic.incremental.rules import read_trees
 from mt_magic.incremental.topn import TopN
@@ -140,13 +140,11 @@ def tagged_rows(rule: Linear, provenance: Provenance, reading: Callable[[int], s
     return " UNION ALL ".join(sql(tree) for tree in trees)
 
 
-def tagged_change(rule: Linear, provenance: Provenance, appended: set[str], names: Names) -> str | None:
-    """The rows a linear query gains from the appended sources (the bilinear rule's terms), tagged as
-    `tagged_rows`; None when none of them is read."""
-    terms = [sql(_tagged(term, provenance, start))
-             for (branch, start), occurrences in zip(rule.starts(), rule.occurrences, strict=True)
-             for term in added_trees(term_trees(branch, occurrences, start, appended, names))]
-    return " UNION ALL ".join(terms) or None
+def tagged_change(rule: Linear, provenance: Provenance, appended: set[str],
+                  names: Names) -> tuple[str | None, str | None]:
+    """The rows a linear query gains and loses from the appended sources (`Linear.delta`), tagged as
+    `tagged_rows`; None where there are none."""
+    return signed(rule.terms(appended, names), lambda tree, start: _tagged(tree, provenance, start))
 
 
 def _tagged(tree: exp.Select, provenance: Provenance, start: int = 0) -> exp.Select:

@@ -6,7 +6,8 @@ Each rule lives in its module (`linear`, `aggregate`, `topn`); this one picks it
   LATERAL VIEW, UNION ALL of those, however nested in subqueries in FROM and CTEs. The change of the
   result is the query over the change (a join's by the bilinear rule: for each appended occurrence i,
   the occurrences before i read their new files, i its appended ones, those after their old files),
-  and it is merged by adding files.
+  and it is merged by adding files; the rows an append takes away (stopped by a NOT EXISTS or NOT IN,
+  padded rows an outer join now matches) by writing the files they are in again without them.
 - `Aggregate`: one SELECT with GROUP BY (or a global aggregate, or grouping sets) over such a query,
   with COUNT, SUM, AVG, MIN, MAX (FILTER and DISTINCT too) and HAVING, and an ORDER BY … LIMIT over it; SELECT
   DISTINCT and UNION as the GROUP BY they are (`as_aggregate`). A hidden state keeps, per group, each
@@ -77,14 +78,15 @@ def monotone_occurrences(rule: Rule) -> dict[int, Appended]:
 
 
 def takes_away(rule: Rule) -> bool:
-    """The rule's state can take away the rows an append stops or unpads (terms of weight −1): an
-    aggregate whose partials all subtract, with its rows and SUMs' values counted."""
-    return isinstance(rule, Aggregate) and rule.subtracts and rule.retracts
+    """The rule can take away the rows an append stops or unpads (terms of weight −1): a linear query
+    (its table's rows are written again without them) or an aggregate whose partials all subtract,
+    with its rows and SUMs' values counted."""
+    return isinstance(rule, Linear) or isinstance(rule, Aggregate) and rule.subtracts and rule.retracts
 
 
 def takes_rows_away(rule: Rule, appended: set[str]) -> bool:
-    """An append to these sources takes rows away from the rule's state (terms of weight −1): a group,
-    and so a partition of the table, may be emptied."""
+    """An append to these sources takes rows away (terms of weight −1): a linear table's, or an
+    aggregate's groups — a partition of the table may be emptied."""
     return takes_away(rule) and any(rule.sources[i] in appended for i, how in monotone_occurrences(rule).items()
                                     if how is not Appended.PASSES)
 

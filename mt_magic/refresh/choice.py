@@ -27,7 +27,7 @@ from mt_magic.incremental.cost import Estimate, SourceBytes, Within, estimate, e
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.plan import maintained_plan
 from mt_magic.incremental.rules import (Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, monotone_occurrences,
-                                        maintenance)
+                                        maintenance, takes_rows_away)
 from mt_magic.incremental.provenance import FILE
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
 from mt_magic.refresh.key_bounds import Bounds, key_bounds
@@ -43,6 +43,7 @@ from mt_magic.sql.statements import quote_identifier
 from mt_magic.sql.volatile import volatile_calls
 from mt_magic.storage.formats import data_source_options
 from mt_magic.storage.manifests import KeptState, Manifest
+from mt_magic.storage.versions import data_locations
 
 READABLE_FORMATS = ("parquet", "orc")      # a plain source's files read alone with no options
 SCHEMA_TTL_S = 30.0
@@ -50,9 +51,10 @@ STATEFUL = (Aggregate, DistinctCount, TopN)        # the rules that keep a state
 FULL_BY_POLICY = f"full: '{REFRESH_POLICY}' = 'full'"
 Stateful = Aggregate | DistinctCount | TopN
 _A = TypeVar("_A")
-# What Spark may make of a linear query and still add rows only as its sources do.
+# What Spark may make of a linear query and still change rows only as its sources' appends do (a full
+# outer join's padded rows an append to either side matches are taken away: `refresh.taken_rows`).
 _NOT_LINEAR = {"Aggregate", "Window", "WindowGroupLimit", "Distinct", "Deduplicate", "GlobalLimit", "LocalLimit",
-               "Offset", "Sort", "Sample", "Except", "Intersect", "Expand", "Join FullOuter", "Join ExistenceJoin"}
+               "Offset", "Sort", "Sample", "Except", "Intersect", "Expand", "Join ExistenceJoin"}
 
 
 @dataclass(frozen=True)
@@ -275,12 +277,17 @@ class Chooser:
                     self.files.listing(path).values()) if isinstance(rule, STATEFUL) else None
         if state is not None and manifest.carried:
             state = state * len(manifest.state_columns) // (manifest.hidden_columns + len(table.columns))
+        taking = isinstance(rule, Linear) and takes_rows_away(rule, {s for s, d in changes.items() if d.added_bytes})
+        if taking:
+            state = sum(size for location in data_locations(table.storage)
+                        for size, _ in self.files.listing(location).values())
         kept = manifest.kept
         if isinstance(rule, Aggregate) and isinstance(kept, KeptState) and below(rule, kept.provenance.occurrence):
             partials = sum(size for size, _ in self.files.listing(kept.folder).values()) \
                 if self.files.exists(kept.folder) else 0
             return estimate_below(kept.source, sources, partials, state or 0)
-        return estimate(branches, sources, state, within, set(monotone_occurrences(rule)))
+        return estimate(branches, sources, state, within, set(monotone_occurrences(rule)),
+                        "writing the table's rows again without those taken away" if taking else "")
 
 
 def table_reading(table: MaterializedTable) -> Reading:

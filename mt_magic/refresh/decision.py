@@ -17,12 +17,14 @@ from mt_magic.config import REFRESH_POLICY
 from mt_magic.incremental.below_join import below
 from mt_magic.incremental.cost import Estimate
 from mt_magic.incremental.provenance import OTHER_BRANCHES, keepable, subtracts
-from mt_magic.incremental.rules import Aggregate, Linear, Recompute, Rule, TopN, appendable_held, held_sources
+from mt_magic.incremental.rules import (Aggregate, Linear, Recompute, Rule, TopN, appendable_held, held_sources,
+                                        takes_rows_away)
 from mt_magic.refresh.changes import (Change, Relative, Snapshot, SourceChange, SourceDelta, compare, deltas,
                                       volatile)
 from mt_magic.refresh.choice import STATEFUL, Choice, Known, Reading
 from mt_magic.refresh.key_bounds import Bounds
 from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, changed_partitions, counted, partition_of
+from mt_magic.refresh.taken_rows import EXACT_FORMATS
 from mt_magic.spark.files import Listing
 from mt_magic.storage.manifests import KeptRows, KeptState, Manifest
 
@@ -255,6 +257,10 @@ def choose(situation: Situation, rebuild: bool = False) -> Choice:
         if changes[source].change is SourceChange.UNKNOWN:
             return Choice(rule, False, f"no manifest of the files {source} had", readings)
     appendable = appendable_held(rule)
+    if isinstance(rule, Linear) and table.storage.format.lower() not in EXACT_FORMATS and takes_rows_away(
+            rule, {s for s, d in changes.items() if d.change is SourceChange.APPENDED}):
+        return Choice(rule, False, f"an append takes rows away, which {table.storage.format} files may not hold "
+                      "exactly as computed", readings)
     held = [(s, where) for s, where in held_sources(rule).items() if changes[s].change is not SourceChange.UNCHANGED
             and not (changes[s].change is SourceChange.APPENDED and s in appendable)
             and not (retraction is not None and retraction.way is Way.REJOINED and retraction.source == s)]

@@ -24,7 +24,7 @@ from typing import Any
 from mt_magic.catalog.model import MaterializedTable, Storage, Target
 from mt_magic.incremental import merging
 from mt_magic.incremental.occurrences import Version
-from mt_magic.incremental.provenance import OTHER_BRANCHES, PARTITION, Branches, tagged_change, tagged_rows
+from mt_magic.incremental.provenance import OTHER_BRANCHES, Branches, tagged_change, tagged_rows
 from mt_magic.incremental.rules import Aggregate, Linear, TopN, takes_rows_away
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
@@ -35,6 +35,7 @@ from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, partitio
 from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.choice import Reading, Stateful, table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
+from mt_magic.refresh.taken_rows import shaped, staged, without
 from mt_magic.spark.tables import refresh_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
@@ -85,12 +86,12 @@ class Maintainer:
         appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED}
         if not appended and retraction is None:        # the published data and its state stay what they are
             return _as_published(table, manifest, RefreshResult(table.storage, 0, 0.0, job_group(table)))
-        with self._scope(table, "incremental") as relations:
+        with Relations(self.spark, table, "incremental") as relations:
             names = relations.naming(rule.sources, changes, readings, bounds=bounds or {})
             if isinstance(rule, Linear):
                 if keeping is not None:
                     return self._kept_rows(table, rule, changes, relations, keeping, manifest.kept, retraction)
-                return self._append(table, rule, changes, relations)
+                return self._append(table, rule, changes, appended, relations)
             old = relations.add("old_state", read_state(self.spark, table, manifest))
             if keeping is not None and isinstance(rule, (Aggregate, TopN)):
                 started = time.monotonic()
@@ -113,17 +114,17 @@ class Maintainer:
         reads as listed is read by its name, as the query run directly reads it (no relation to build),
         and `verify` raises before the publish when one changed meanwhile; the others are read from the
         files listed. `listings`: the sources' cached listings are being forgotten already (wait for it)."""
-        with self._scope(table, "full, from the files listed") as relations:
+        with Relations(self.spark, table, "full, from the files listed") as relations:
             names = relations.naming(rule.sources, changes, readings, by_name=True)
             if names.tables:
                 relations.verify = verify
                 listings.result() if listings is not None else \
                     refresh_listings(self.spark, tuple(rule.sources[i] for i in names.tables))
             if isinstance(rule, Linear) and keeping is not None:
-                return self._rewritten(table, tagged_rows(rule, keeping.provenance,
-                                                          lambda i: names.name(i, Version.NEW)), relations, keeping)
+                return self._rewritten(table, shaped(table, tagged_rows(rule, keeping.provenance, lambda i: names.name(
+                    i, Version.NEW)), keeping), relations, keeping)
             if isinstance(rule, Linear):
-                return self._rewritten(table, rule.full(names.name), relations)
+                return self._rewritten(table, shaped(table, rule.full(names.name), None), relations)
             if keeping is not None and isinstance(rule, (Aggregate, TopN)):
                 staged = self.partials.whole(table, rule, keeping, relations)
                 return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
@@ -131,9 +132,10 @@ class Maintainer:
 
     def _rewritten(self, table: MaterializedTable, query: str, relations: Relations,
                    keeping: Keeping | None = None) -> Maintained:
-        """`keeping`: the query's rows are tagged with their source partition, and written split by it."""
+        """The `query`'s rows (shaped) as the table's; `keeping`: tagged with their source partition, and
+        written split by it."""
         started = time.monotonic()
-        with relations.query(_shaped(table, query, keeping)) as frame:
+        with relations.query(query) as frame:
             frame, rows = counting_rows(frame)
             version = self.storage.new_version(table)
             if keeping is None:
@@ -154,35 +156,38 @@ class Maintainer:
         dropped: set[str] = set()
         if retraction is None:
             appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED}
-            query = tagged_change(rule, keeping.provenance, appended, names.name)
+            added, lost = tagged_change(rule, keeping.provenance, appended, names.name)
             reached = {partition_of(path, keeping.provenance.column) for path in changes[keeping.source].added}
-            only = next(iter(reached)) if appended == {keeping.source} and len(reached) == 1 else None
+            only = next(iter(reached)) if appended == {keeping.source} and len(reached) == 1 and not lost else None
+            gone, dropped = staged(self.storage, table, lost, keeping, relations) if lost else (None, set())
+            query = without(table, self.rows.rows_of(table, kept, dropped, relations), added, gone, keeping)
         elif retraction.way is Way.BRANCHES:        # the branches not reading the kept source, over their files now
             only, dropped = OTHER_BRANCHES, {OTHER_BRANCHES}
-            query = tagged_rows(rule, keeping.provenance, lambda i: names.name(i, Version.NEW), Branches.OTHERS)
+            query = shaped(table, tagged_rows(rule, keeping.provenance, lambda i: names.name(i, Version.NEW),
+                                              Branches.OTHERS), keeping)
         else:
             only = retraction.partitions[0] if len(retraction.partitions) == 1 else None
             occurrence, dropped = keeping.provenance.occurrence, set(retraction.partitions)
             changed = relations.add("kept_changed", relations.source_files(rule.sources[occurrence], retraction.files))
-            query = tagged_rows(rule, keeping.provenance,
-                                lambda i: changed if i == occurrence else names.name(i, Version.NEW), Branches.KEPT)
+            query = shaped(table, tagged_rows(rule, keeping.provenance, lambda i: changed if i == occurrence else
+                                              names.name(i, Version.NEW), Branches.KEPT), keeping)
         taken = {n for p in dropped for n in kept.files.get(p, ())}
         stages = [self.storage.new_version(table)]
         try:
-            with relations.query(_shaped(table, query, keeping)) as frame:
+            with relations.query(query) as frame:
                 if not rule.joins:      # an append's rows: a file per partition it reaches
                     frame = frame.coalesce(files_for(sum(d.added_bytes for d in changes.values()))) \
                         if retraction is None else self._by_cores(frame, changes[keeping.source].replaced[2])
                 # a fingerprint is kept of a retraction's rows or of one partition's (see `fingerprints`)
                 frame, rows, fingerprint = observing(frame, retraction is not None or only is not None)
                 written = [self.rows.write(table, frame, stages[0], only)]
-            unchanged = rows() == 0 if retraction is None else \
+            unchanged = rows() == 0 and not dropped if retraction is None else \
                 self.rows.same(table, written[0], stages[0], kept, dropped, fingerprint())
             if unchanged:
                 return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group),
                                   delta_rows=relations.delta_rows(), kept=kept)     # nothing to publish
             files = self.rows.published(table) if retraction is None else {}    # an append's: their sizes
-            crowded = self.rows.crowded(files, kept, written[0]) if retraction is None else {}
+            crowded = self.rows.crowded(files, kept, written[0]) if retraction is None and not dropped else {}
             if crowded:
                 stages.append(self.storage.new_version(table))
                 written.append(self.rows.write(table, self.rows.compacted(table, crowded, files), stages[1]))
@@ -199,20 +204,21 @@ class Maintainer:
                                         fingerprints(kept, dropped, written[0], only, fingerprint())),
                           compacted=frozenset(compacted))
 
-    def _scope(self, table: MaterializedTable, what: str) -> Relations:
-        return Relations(self.spark, table, what)
-
-    def _append(self, table: MaterializedTable, rule: Linear, changes: dict[str, SourceDelta],
+    def _append(self, table: MaterializedTable, rule: Linear, changes: dict[str, SourceDelta], appended: set[str],
                 relations: Relations) -> Maintained:
         """The change's rows written as new files beside the published ones; a folder of the table
         holding too many small files has them rewritten into one (`storage.compaction`)."""
         started = time.monotonic()
-        delta = rule.delta({s for s, d in changes.items() if d.change is SourceChange.APPENDED}, relations.names.name)
+        delta, taken = rule.delta(appended, relations.names.name)
+        if taken is not None:       # rows taken away: the table's rows written again without them
+            files = self.storage.published_files(table)
+            published = relations.add("published", self._compacted(table, files)) if files else None
+            return self._rewritten(table, without(table, published, delta, shaped(table, taken, None), None), relations)
         if delta is None:
             return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group))
         stages = [self.storage.new_version(table)]
         try:
-            with relations.query(shaped_sql(delta, table.columns, table.identifier, table.query_columns)) as frame:
+            with relations.query(shaped(table, delta, None)) as frame:
                 if not rule.joins:
                     frame = self._by_cores(frame, sum(d.added_bytes for d in changes.values()))
                 frame, rows = counting_rows(frame)
@@ -341,10 +347,3 @@ def _as_published(table: MaterializedTable, manifest: Manifest | None, result: R
         return Maintained(result, delta_rows=delta_rows)
     return Maintained(result, manifest.state, manifest.state_schema, delta_rows, manifest.state_format, manifest.kept)
 
-
-def _shaped(table: MaterializedTable, query: str, keeping: Keeping | None) -> str:
-    """The query shaped as the table's columns; `keeping`: with the source partition last."""
-    if keeping is None:
-        return shaped_sql(query, table.columns, table.identifier, table.query_columns)
-    return shaped_sql(query, table.columns, table.identifier,
-                      [*table.query_columns, PARTITION] if table.query_columns else (), carried=[PARTITION])

@@ -23,6 +23,7 @@ from mt_magic.incremental.provenance import PARTITION
 from mt_magic.refresh.choice import table_reading
 from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S
 from mt_magic.refresh.provenance_state import partitions
+from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.same_rows import same_rows
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.frames import Fingerprint, files_frame, listed_by_driver, unsorted_partition_writes
@@ -95,6 +96,13 @@ class RowsByPartition:
             return {name: path for name, (path, _) in self.published(table).items()}
         location = table.storage.location.rstrip("/")
         return {name: f"{location}/{name}" for names in kept.files.values() for name in names}
+
+    def rows_of(self, table: MaterializedTable, kept: KeptRows, partitions: set[str],
+                relations: Relations) -> str | None:
+        """A relation of these partitions' rows, each with its partition; None where they have none."""
+        paths = self.located(table, kept)
+        found = {paths[name]: partition for partition in partitions for name in kept.files.get(partition, ())}
+        return relations.add("kept_taken_from", self._tagged(table, found)) if found else None
 
     def crowded(self, published: Published, kept: KeptRows, appended: Files) -> Files:
         """The partitions' published small files an append rewrites into one per folder of the table:

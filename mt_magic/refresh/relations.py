@@ -57,6 +57,10 @@ class Relations:
     def __exit__(self, *exc: object) -> None:
         self._scopes.__exit__(*exc)
 
+    def on_exit(self, action: Callable[[], object]) -> None:
+        """`action` done as the run ends, however it ends (a stage it wrote removed)."""
+        self._scopes.callback(action)
+
     def naming(self, sources: tuple[str, ...], changes: dict[str, SourceDelta], readings: dict[str, Reading],
                by_name: bool = False, bounds: Bounds | None = None) -> Names:
         """`by_name`: the sources Spark reads as listed are read as they are now, by their names;

@@ -155,7 +155,7 @@ class TableStorage:
     def published_files(self, table: MaterializedTable) -> Listing:
         """The data files readers read now."""
         listing: Listing = {}
-        for location in (table.storage.location, *(p.location for p in table.storage.partitions)):
+        for location in data_locations(table.storage):
             listing.update(self.files.listing(location))
         return listing
 
@@ -302,3 +302,8 @@ def _within(path: str, referenced: set[str]) -> bool:
 def same_path(location: str) -> str:
     """A location as Spark and Hadoop spell it alike (file:/x, file:///x/ → file:/x)."""
     return location.replace("file:///", "file:/").rstrip("/")
+
+
+def data_locations(storage: Storage) -> tuple[str, ...]:
+    """The folders a table's published data files lie in: its version's, and its partitions' elsewhere."""
+    return (storage.location, *(p.location for p in storage.partitions))
