@@ -7,12 +7,13 @@ import time
 from concurrent.futures import Future
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from mt_magic.catalog.model import Column, MaterializedTable, Storage, Target
+from mt_magic.incremental.provenance import PARTITION
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.versions import TableStorage
 from mt_magic.spark.tables import refresh_listings
@@ -21,6 +22,9 @@ from mt_magic.spark.frames import counting_rows, listed_by_driver, query_frame
 from mt_magic.spark.jobs import job_scope
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier, sql_string
+
+if TYPE_CHECKING:
+    from mt_magic.refresh.provenance_state import Keeping
 
 FAILED_TASKS_SETTLE_S = 2.0   # how long tasks of a failed write may still create its folder
 
@@ -57,6 +61,14 @@ def shaped_sql(query: str, columns: Sequence[Column], identifier: str, names: Se
     aliases = f"({', '.join(map(quote_identifier, names))})" if names else ""
     select = ", ".join([*_shaped(columns, identifier), *map(quote_identifier, carried)])
     return f"SELECT {select} FROM (\n{query}\n) AS mt_query{aliases}"
+
+
+def shaped(table: MaterializedTable, query: str, keeping: Keeping | None) -> str:
+    """The query shaped as the table's columns; `keeping`: with the source partition last."""
+    if keeping is None:
+        return shaped_sql(query, table.columns, table.identifier, table.query_columns)
+    return shaped_sql(query, table.columns, table.identifier,
+                      [*table.query_columns, PARTITION] if table.query_columns else (), carried=[PARTITION])
 
 
 def _shaped(columns: Sequence[Column], identifier: str) -> list[str]:

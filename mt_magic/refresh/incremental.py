@@ -34,8 +34,8 @@ from mt_magic.refresh.kept_rows import RowsByPartition, fingerprints, merged
 from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, partition_of
 from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.choice import Reading, Stateful, table_reading
-from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped_sql
-from mt_magic.refresh.taken_rows import shaped, staged, without
+from mt_magic.refresh.full import FAILED_TASKS_SETTLE_S, RefreshResult, job_group, shaped, shaped_sql
+from mt_magic.refresh.taken_rows import staged, without
 from mt_magic.spark.tables import refresh_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.incremental.provenance import PARTITION
-from mt_magic.refresh.full import shaped_sql
+from mt_magic.refresh.full import shaped
 from mt_magic.refresh.provenance_state import Keeping
 from mt_magic.refresh.relations import Relations
 from mt_magic.spark.errors import spark_call
@@ -23,14 +23,6 @@ from mt_magic.storage.versions import TableStorage
 
 EXACT_FORMATS = ("parquet", "orc")
 STAGE_FORMAT = "parquet"
-
-
-def shaped(table: MaterializedTable, query: str, keeping: Keeping | None) -> str:
-    """The query shaped as the table's columns; `keeping`: with the source partition last."""
-    if keeping is None:
-        return shaped_sql(query, table.columns, table.identifier, table.query_columns)
-    return shaped_sql(query, table.columns, table.identifier,
-                      [*table.query_columns, PARTITION] if table.query_columns else (), carried=[PARTITION])
 
 
 def without(table: MaterializedTable, published: str | None, added: str | None, taken: str | None,
