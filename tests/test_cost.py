@@ -4,6 +4,7 @@ read and write, from the manifest's listings and the state's size."""
 from __future__ import annotations
 
 from mt_magic.incremental.cost import STATE_PASSES, SourceBytes, estimate, estimate_below, size_text
+from mt_magic.incremental.rules import apart_occurrences, maintenance
 
 MB = 1_000_000
 
@@ -40,6 +41,12 @@ def test_union_all_branches_do_not_join_each_other():
     sources = {"a": SourceBytes(10 * MB, MB), "b": SourceBytes(50 * MB, 0)}
     found = estimate([("a",), ("b",)], sources, None)
     assert (found.incremental, found.full) == (MB, 61 * MB)
+    # under an aggregate, a UNION ALL in FROM: its sides apart (`rules.apart_occurrences`), joined with a third
+    aggregated = maintenance("SELECT k, SUM(v) FROM (SELECT a AS k, b AS v FROM db.a UNION ALL SELECT c, d FROM db.b) "
+                             "AS u JOIN db.c ON c.k = u.k GROUP BY k")
+    sources["db.a"], sources["db.b"], sources["db.c"] = sources.pop("a"), sources.pop("b"), SourceBytes(2 * MB, 0)
+    found = estimate([aggregated.occurrences], sources, None, apart=apart_occurrences(aggregated))
+    assert (found.incremental, found.full) == (MB + 2 * MB, 63 * MB)       # Δa ⋈ c: b read for none of it
 
 
 def test_a_tie_keeps_maintaining_and_a_loss_recomputes():

@@ -105,6 +105,11 @@ SHAPES = {   # name → (query, the plain sources it reads)
                "SELECT d.name, COUNT(*) AS groups, SUM(p.total) AS s, MAX(p.n) AS most FROM per p "
                "LEFT JOIN dim d ON d.id = p.product_id "
                "WHERE p.total IS NULL OR p.total >= (SELECT MIN(total) FROM per) GROUP BY d.name", {"sales", "dim"}),
+    # An aggregate over a UNION ALL and a join with one: an append to one side changes its rows alone.
+    "unionsum": ("SELECT k, COUNT(*) AS n, SUM(v) AS total FROM (SELECT ds AS k, amount AS v FROM sales "
+                 "UNION ALL SELECT name, id FROM dim) AS u GROUP BY k", {"sales", "dim"}),
+    "unijoin": ("SELECT d.name, u.v FROM dim d JOIN (SELECT product_id AS k, amount AS v FROM sales UNION ALL "
+                "SELECT id, id * 1.5 FROM dim) AS u ON u.k = d.id", {"sales", "dim"}),
 }
 PARTITIONED = {"part": "ds", "chainagg": "ds"}   # chainagg: a state in partitioned data files
 # The sources whose rewrite alone a table retracts. Aggregates over `sales` (partitioned by day) keep their
@@ -207,7 +212,8 @@ def test_the_rules_classify_the_shapes():
                      "distinct": DistinctCount, "top": TopN,
                      "ranked": TopN, "semi": Aggregate, "anti": Linear, "rightj": Linear, "semij": Aggregate,
                      "nested": Aggregate, "antiagg": Aggregate, "rightsum": Aggregate, "custdist": Aggregate,
-                     "fullagg": Aggregate, "antilin": Linear, "dimleft": Linear, "fulllin": Linear}
+                     "fullagg": Aggregate, "antilin": Linear, "dimleft": Linear, "fulllin": Linear,
+                     "unionsum": Aggregate, "unijoin": Linear}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 1", "OFFSET"),
                              ("SELECT * FROM t ORDER BY a LIMIT 3", "an unnamed output"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a ORDER BY 2", "ORDER BY"),
@@ -284,6 +290,12 @@ def test_the_rules_classify_the_shapes():
         assert not isinstance(found, Aggregate) or found.retracts == bool(appendable), query
     summed = maintenance("SELECT a, SUM(b) AS s FROM t WHERE b > (SELECT AVG(c) FROM u) GROUP BY a")
     assert isinstance(summed, Aggregate) and [p.expression for p in summed.partials] == ["SUM(b)"]
+    # An append to one side of a UNION ALL changes that side's rows: the other sides read none in its term.
+    unioned = maintenance("SELECT k, SUM(v) AS s FROM (SELECT a AS k, b AS v FROM db.t UNION ALL SELECT c, d FROM db.u) "
+                          "AS x GROUP BY k")
+    [term] = term_trees(unioned.select, unioned.sources, 0, {"db.u"}, lambda i, version: f"r{i}_{version.value}")
+    assert "(SELECT a AS k, b AS v FROM r0_new AS t WHERE FALSE UNION ALL SELECT c, d FROM r1_delta AS u)" in \
+        term.tree.sql(dialect="spark")
 
 
 def test_an_append_to_a_table_read_in_exists_and_in_lets_old_rows_pass_incrementally(spark, gw):

@@ -82,13 +82,14 @@ Within = Callable[[int, int, bool], "int | None"]
 
 def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceBytes],
              state_bytes: int | None, within: Within | None = None, checked: Collection[int] = (),
-             state_work: str = "") -> Estimate:
+             state_work: str = "", apart: Mapping[int, Collection[int]] | None = None) -> Estimate:
     """`branches`: per UNION ALL branch (one for a plain SELECT), the source each occurrence reads;
     `state_bytes`: the hidden state's size, None for a table that keeps none; `within`: what a read
     bounded by the appended rows' join keys scans (`key_bounds`); `checked`: the occurrences held still
     but moving each row one way (an EXISTS or IN, under NOT too, a LEFT JOIN's right side), whose
     appended rows are checked against their old ones (`linear.term_trees`); `state_work`: what reading
-    and writing `state_bytes` is for, if not merging a state (a linear table's rows taken away)."""
+    and writing `state_bytes` is for, if not merging a state (a linear table's rows taken away); `apart`:
+    per occurrence, those an append to it reads none of (the other sides of a UNION ALL it is read under)."""
     parts = _Parts()
     incremental = full = start = 0
     for occurrences in branches:
@@ -98,7 +99,7 @@ def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceByte
                 continue
             incremental += parts.add(f"reading {source}'s appended files", sources[source].added)
             for j, other in enumerate(occurrences):
-                if j != i:
+                if j != i and start + j not in (apart or {}).get(start + i, ()):
                     whole = sources[other].new if j < i else sources[other].old
                     bounded = within(start + i, start + j, j < i) if within is not None else None
                     incremental += parts.add(f"joining {source}'s change with {other} read whole", whole) \

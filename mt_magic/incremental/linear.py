@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mt_magic.incremental.checks import Appended, join_words, linear_branches, monotone
-from mt_magic.incremental.occurrences import DIALECT, Names, Version, identifier, replaced, sql, tables
+from mt_magic.incremental.occurrences import (DIALECT, Names, Version, identifier, own, replaced, sql,
+                                              subquery_expression, tables)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def term_trees(branch: exp.Select, occurrences: tuple[str, ...], start: int, app
     for i, source in enumerate(occurrences):
         if source not in appended:
             continue
-        term = replaced(branch, lambda j, i=i: names(
+        term = replaced(_own_side(branch, i), lambda j, i=i: names(
             start + j, Version.NEW if j < i else Version.DELTA if j == i else Version.OLD))
         how, old, table = held.get(i), names(start + i, Version.OLD), tables(term)[i]
         if how is None:
@@ -95,6 +96,49 @@ def term_trees(branch: exp.Select, occurrences: tuple[str, ...], start: int, app
                 _as_exists(table, how.appended is Appended.STOPS)
             terms.append(_passing(term, table, old, how.appended is Appended.STOPS))
     return terms
+
+
+def _own_side(branch: exp.Select, occurrence: int) -> exp.Select:
+    """`branch` with the other sides of each UNION ALL the occurrence is read under as a relation made
+    empty: a union's change is its sides' changes, not a product of them — the other sides' rows do
+    not change with it (their names and types stay; Spark reads none of them)."""
+    own = branch.copy()
+    for side in _other_sides(own, occurrence):
+        _emptied(side)
+    return own
+
+
+def unread(branch: exp.Select, occurrence: int) -> set[int]:
+    """The occurrences the term of an append to `occurrence` reads none of (`_own_side`)."""
+    apart = {id(table) for side in _other_sides(branch, occurrence) for table in tables(side)}
+    return {j for j, table in enumerate(tables(branch)) if id(table) in apart}
+
+
+def _other_sides(tree: exp.Select, occurrence: int) -> list[exp.Expression]:
+    """The other sides of each UNION ALL the occurrence is read under as a relation (in FROM, not in a
+    subquery expression)."""
+    node: exp.Expression = tables(tree)[occurrence]
+    sides = []
+    while node.parent is not None and not subquery_expression(node):
+        parent = node.parent
+        if isinstance(parent, exp.Union):
+            sides.append(parent.expression if node is parent.this else parent.this)
+        node = parent
+    return sides
+
+
+def _emptied(side: exp.Expression) -> None:
+    """Each SELECT a UNION's side is made of made to select no row (its tables kept in their places)."""
+    if isinstance(side, (exp.Union, exp.Subquery)):
+        for inner in (side.this, side.args.get("expression")):
+            if inner is not None:
+                _emptied(inner)
+    elif isinstance(side, exp.Select):
+        if side.args.get("group") or own(side, exp.AggFunc):
+            having = side.args.get("having")
+            side.set("having", exp.Having(this=exp.and_(*([having.this] if having else []), exp.false())))
+        else:
+            _conjoined(side, exp.false())
 
 
 def added_trees(terms: list[Term]) -> list[exp.Select]:

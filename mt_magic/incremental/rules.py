@@ -31,7 +31,7 @@ from mt_magic.incremental.as_aggregate import grouped
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.checks import (HELD_ABOVE, LINEAR_ARGS, Appended, NotMaintainable, check_select, held_still,
                                          monotone)
-from mt_magic.incremental.linear import Linear, linear_union
+from mt_magic.incremental.linear import Linear, linear_union, unread
 from mt_magic.incremental.nested import nested
 from mt_magic.incremental.occurrences import Unparsable, identifier, own, parse, tables
 from mt_magic.incremental.topn import TopN, global_top, top_n
@@ -75,6 +75,16 @@ def monotone_occurrences(rule: Rule) -> dict[int, Appended]:
     if isinstance(rule, Recompute):
         return {}
     return {start + i: how.appended for tree, start in read_trees(rule) for i, how in monotone(tree).items()}
+
+
+def apart_occurrences(rule: Rule) -> dict[int, set[int]]:
+    """Per occurrence, those the change of an append to it reads none of: the other sides of each UNION
+    ALL it is read under (`linear.unread`)."""
+    if isinstance(rule, Recompute):
+        return {}
+    found = {start + i: {start + j for j in unread(tree, i)} for tree, start in read_trees(rule)
+             for i in range(len(tables(tree)))}
+    return {i: others for i, others in found.items() if others}
 
 
 def takes_away(rule: Rule) -> bool:

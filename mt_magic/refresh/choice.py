@@ -26,8 +26,8 @@ from mt_magic.incremental.distinct_pairs import retractable
 from mt_magic.incremental.cost import Estimate, SourceBytes, Within, estimate, estimate_below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.plan import maintained_plan
-from mt_magic.incremental.rules import (Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, monotone_occurrences,
-                                        maintenance, takes_rows_away)
+from mt_magic.incremental.rules import (Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, apart_occurrences,
+                                        monotone_occurrences, maintenance, takes_rows_away)
 from mt_magic.incremental.provenance import FILE
 from mt_magic.refresh.changes import SourceChange, SourceDelta, Snapshots
 from mt_magic.refresh.key_bounds import Bounds, key_bounds
@@ -287,7 +287,8 @@ class Chooser:
                 if self.files.exists(kept.folder) else 0
             return estimate_below(kept.source, sources, partials, state or 0)
         return estimate(branches, sources, state, within, set(monotone_occurrences(rule)),
-                        "writing the table's rows again without those taken away" if taking else "")
+                        "writing the table's rows again without those taken away" if taking else "",
+                        apart_occurrences(rule))
 
 
 def table_reading(table: MaterializedTable) -> Reading:
