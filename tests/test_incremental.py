@@ -105,11 +105,14 @@ SHAPES = {   # name → (query, the plain sources it reads)
                "SELECT d.name, COUNT(*) AS groups, SUM(p.total) AS s, MAX(p.n) AS most FROM per p "
                "LEFT JOIN dim d ON d.id = p.product_id "
                "WHERE p.total IS NULL OR p.total >= (SELECT MIN(total) FROM per) GROUP BY d.name", {"sales", "dim"}),
-    # An aggregate over a UNION ALL and a join with one: an append to one side changes its rows alone.
+    # An aggregate over a UNION ALL and a join with one (an append to one side changes its rows alone), and a
+    # UNION ALL of aggregates (one aggregate keyed by branch).
     "unionsum": ("SELECT k, COUNT(*) AS n, SUM(v) AS total FROM (SELECT ds AS k, amount AS v FROM sales "
                  "UNION ALL SELECT name, id FROM dim) AS u GROUP BY k", {"sales", "dim"}),
     "unijoin": ("SELECT d.name, u.v FROM dim d JOIN (SELECT product_id AS k, amount AS v FROM sales UNION ALL "
                 "SELECT id, id * 1.5 FROM dim) AS u ON u.k = d.id", {"sales", "dim"}),
+    "aggunion": ("SELECT ds AS k, SUM(amount) AS total, COUNT(*) AS n FROM sales GROUP BY ds HAVING COUNT(*) > 1 "
+                 "UNION ALL SELECT name, SUM(id), COUNT(DISTINCT id) FROM dim GROUP BY 1", {"sales", "dim"}),
 }
 PARTITIONED = {"part": "ds", "chainagg": "ds"}   # chainagg: a state in partitioned data files
 # The sources whose rewrite alone a table retracts. Aggregates over `sales` (partitioned by day) keep their
@@ -213,7 +216,7 @@ def test_the_rules_classify_the_shapes():
                      "ranked": TopN, "semi": Aggregate, "anti": Linear, "rightj": Linear, "semij": Aggregate,
                      "nested": Aggregate, "antiagg": Aggregate, "rightsum": Aggregate, "custdist": Aggregate,
                      "fullagg": Aggregate, "antilin": Linear, "dimleft": Linear, "fulllin": Linear,
-                     "unionsum": Aggregate, "unijoin": Linear}
+                     "unionsum": Aggregate, "unijoin": Linear, "aggunion": Aggregate}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 1", "OFFSET"),
                              ("SELECT * FROM t ORDER BY a LIMIT 3", "an unnamed output"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a ORDER BY 2", "ORDER BY"),
@@ -231,7 +234,11 @@ def test_the_rules_classify_the_shapes():
                              ("SELECT a, SUM(b) FROM t GROUP BY a HAVING SUM(b) > (SELECT MIN(c) FROM u)", "a subquery"),
                              ("SELECT a, SUM(b), (SELECT MIN(c) FROM u) AS m FROM t GROUP BY a", "a subquery"),
                              ("SELECT collect_list(a) FROM t", "the aggregate"),
-                             ("SELECT a, GROUPING(a), SUM(b) FROM t GROUP BY ROLLUP (a)", "GROUPING(…)")]:
+                             ("SELECT a, GROUPING(a), SUM(b) FROM t GROUP BY ROLLUP (a)", "GROUPING(…)"),
+                             ("SELECT COUNT(*) AS n FROM t UNION ALL SELECT COUNT(*) FROM u", "without GROUP BY under UNION"),
+                             ("SELECT a, SUM(b) AS s FROM t GROUP BY a UNION ALL SELECT c FROM u", "aggregate under UNION ALL"),
+                             ("SELECT a, SUM(b) AS s FROM t GROUP BY a UNION ALL SELECT c, d FROM u GROUP BY c",
+                              "the column d, neither grouped nor aggregated")]:
         found = maintenance(query)
         assert isinstance(found, Recompute) and construct in found.reason, (query, found)
     # A subquery expression's own aggregate or window is its own: the query is linear in what it filters.
@@ -290,12 +297,23 @@ def test_the_rules_classify_the_shapes():
         assert not isinstance(found, Aggregate) or found.retracts == bool(appendable), query
     summed = maintenance("SELECT a, SUM(b) AS s FROM t WHERE b > (SELECT AVG(c) FROM u) GROUP BY a")
     assert isinstance(summed, Aggregate) and [p.expression for p in summed.partials] == ["SUM(b)"]
+    # A UNION of aggregates: an aggregate (its DISTINCT) of their UNION ALL, one aggregate keyed by branch.
+    above = maintenance("SELECT a, SUM(b) AS s FROM t GROUP BY a UNION SELECT c, MAX(d) FROM u GROUP BY c")
+    assert isinstance(above, Aggregate) and above.above is not None and above.written_keys[0] == "mt_branch"
     # An append to one side of a UNION ALL changes that side's rows: the other sides read none in its term.
     unioned = maintenance("SELECT k, SUM(v) AS s FROM (SELECT a AS k, b AS v FROM db.t UNION ALL SELECT c, d FROM db.u) "
                           "AS x GROUP BY k")
     [term] = term_trees(unioned.select, unioned.sources, 0, {"db.u"}, lambda i, version: f"r{i}_{version.value}")
     assert "(SELECT a AS k, b AS v FROM r0_new AS t WHERE FALSE UNION ALL SELECT c, d FROM r1_delta AS u)" in \
         term.tree.sql(dialect="spark")
+    # ... also where it is read in an EXISTS of that side; a union inside a subquery expression is the test's.
+    for query, kept in (("SELECT x.i FROM (SELECT i FROM db.t WHERE EXISTS (SELECT 1 FROM db.u WHERE u.i = t.i) "
+                         "UNION ALL SELECT i FROM db.v) AS x", "SELECT i FROM r1_new AS v WHERE FALSE"),
+                        ("SELECT i FROM db.t WHERE i IN (SELECT i FROM db.u UNION ALL SELECT i FROM db.v)",
+                         "UNION ALL SELECT i FROM r2_old AS v)")):
+        [term] = term_trees(maintenance(query).branches[0], ("db.t", "db.v", "db.u") if "x.i" in query else
+                            ("db.t", "db.u", "db.v"), 0, {"db.u"}, lambda i, version: f"r{i}_{version.value}")
+        assert kept in term.tree.sql(dialect="spark"), query
 
 
 def test_an_append_to_a_table_read_in_exists_and_in_lets_old_rows_pass_incrementally(spark, gw):

@@ -115,11 +115,14 @@ def unread(branch: exp.Select, occurrence: int) -> set[int]:
 
 
 def _other_sides(tree: exp.Select, occurrence: int) -> list[exp.Expression]:
-    """The other sides of each UNION ALL the occurrence is read under as a relation (in FROM, not in a
-    subquery expression)."""
+    """The other sides of each UNION ALL the occurrence is read under as a relation: in the FROM of the
+    query or of its subqueries there, above any subquery expression it is read in (a union inside an
+    EXISTS or IN is the test's, whose other sides' rows still answer it)."""
     node: exp.Expression = tables(tree)[occurrence]
-    sides = []
-    while node.parent is not None and not subquery_expression(node):
+    sides: list[exp.Expression] = []
+    while node.parent is not None:
+        if subquery_expression(node):
+            sides = []
         parent = node.parent
         if isinstance(parent, exp.Union):
             sides.append(parent.expression if node is parent.this else parent.this)

@@ -35,6 +35,7 @@ from mt_magic.incremental.linear import Linear, linear_union, unread
 from mt_magic.incremental.nested import nested
 from mt_magic.incremental.occurrences import Unparsable, identifier, own, parse, tables
 from mt_magic.incremental.topn import TopN, global_top, top_n
+from mt_magic.incremental.union_aggregates import branched
 
 __all__ = ["Aggregate", "DistinctCount", "Linear", "Recompute", "Rule", "TopN", "appendable_held", "maintenance"]
 
@@ -127,7 +128,7 @@ def maintenance(query: str) -> Rule:
 
 def _rule(query: str) -> Rule:
     try:
-        tree = grouped(parse(query))
+        tree = branched(grouped(parse(query)))
         above = nested(tree)
         if above is not None:
             return above
