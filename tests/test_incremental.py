@@ -105,14 +105,17 @@ SHAPES = {   # name → (query, the plain sources it reads)
                "SELECT d.name, COUNT(*) AS groups, SUM(p.total) AS s, MAX(p.n) AS most FROM per p "
                "LEFT JOIN dim d ON d.id = p.product_id "
                "WHERE p.total IS NULL OR p.total >= (SELECT MIN(total) FROM per) GROUP BY d.name", {"sales", "dim"}),
-    # An aggregate over a UNION ALL and a join with one (an append to one side changes its rows alone), and a
-    # UNION ALL of aggregates (one aggregate keyed by branch).
+    # An aggregate over a UNION ALL and a join with one (an append to one side changes its rows alone), a UNION
+    # ALL of aggregates (one aggregate keyed by branch; a global one's group there without rows), and of constants.
     "unionsum": ("SELECT k, COUNT(*) AS n, SUM(v) AS total FROM (SELECT ds AS k, amount AS v FROM sales "
                  "UNION ALL SELECT name, id FROM dim) AS u GROUP BY k", {"sales", "dim"}),
     "unijoin": ("SELECT d.name, u.v FROM dim d JOIN (SELECT product_id AS k, amount AS v FROM sales UNION ALL "
                 "SELECT id, id * 1.5 FROM dim) AS u ON u.k = d.id", {"sales", "dim"}),
     "aggunion": ("SELECT ds AS k, SUM(amount) AS total, COUNT(*) AS n FROM sales GROUP BY ds HAVING COUNT(*) > 1 "
-                 "UNION ALL SELECT name, SUM(id), COUNT(DISTINCT id) FROM dim GROUP BY 1", {"sales", "dim"}),
+                 "UNION ALL SELECT name, SUM(id), COUNT(DISTINCT id) FROM dim GROUP BY 1 "
+                 "UNION ALL SELECT 'all', SUM(amount), COUNT(*) FILTER (WHERE amount > 2) FROM sales", {"sales", "dim"}),
+    "constant": ("SELECT 'none' AS ds, 0 AS product_id UNION ALL SELECT ds, product_id FROM sales WHERE amount > 2",
+                 {"sales"}),
 }
 PARTITIONED = {"part": "ds", "chainagg": "ds"}   # chainagg: a state in partitioned data files
 # The sources whose rewrite alone a table retracts. Aggregates over `sales` (partitioned by day) keep their
@@ -128,7 +131,7 @@ RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestag
               "chain": {"lin"}, "chainagg": {"lin"}, "distinct": {"sales"}, "top": {"sales"}, "ranked": {"sales"},
               "uni": {"sales", "dim"}, "semi": {"sales"}, "anti": {"sales"}, "rightj": {"sales"},
               "semij": {"sales"}, "nested": {"sales"}, "antiagg": {"sales"}, "rightsum": {"sales"},
-              "antilin": {"sales"}}
+              "antilin": {"sales"}, "constant": {"sales"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
 # rewrite of the dimension is joined with them again — while `sales` was appended to as well.
 REJOINED = {"joinagg", "leftagg"}
@@ -216,7 +219,8 @@ def test_the_rules_classify_the_shapes():
                      "ranked": TopN, "semi": Aggregate, "anti": Linear, "rightj": Linear, "semij": Aggregate,
                      "nested": Aggregate, "antiagg": Aggregate, "rightsum": Aggregate, "custdist": Aggregate,
                      "fullagg": Aggregate, "antilin": Linear, "dimleft": Linear, "fulllin": Linear,
-                     "unionsum": Aggregate, "unijoin": Linear, "aggunion": Aggregate}
+                     "unionsum": Aggregate, "unijoin": Linear, "aggunion": Aggregate,
+                     "constant": Linear}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 1", "OFFSET"),
                              ("SELECT * FROM t ORDER BY a LIMIT 3", "an unnamed output"),
                              ("SELECT a, SUM(b) FROM t GROUP BY a ORDER BY 2", "ORDER BY"),
@@ -235,7 +239,7 @@ def test_the_rules_classify_the_shapes():
                              ("SELECT a, SUM(b), (SELECT MIN(c) FROM u) AS m FROM t GROUP BY a", "a subquery"),
                              ("SELECT collect_list(a) FROM t", "the aggregate"),
                              ("SELECT a, GROUPING(a), SUM(b) FROM t GROUP BY ROLLUP (a)", "GROUPING(…)"),
-                             ("SELECT COUNT(*) AS n FROM t UNION ALL SELECT COUNT(*) FROM u", "without GROUP BY under UNION"),
+                             ("SELECT a + 1 FROM t UNION ALL SELECT 1 + 1", "a query without FROM"),
                              ("SELECT a, SUM(b) AS s FROM t GROUP BY a UNION ALL SELECT c FROM u", "aggregate under UNION ALL"),
                              ("SELECT a, SUM(b) AS s FROM t GROUP BY a UNION ALL SELECT c, d FROM u GROUP BY c",
                               "the column d, neither grouped nor aggregated")]:

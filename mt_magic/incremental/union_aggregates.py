@@ -2,8 +2,10 @@
 branch, its group keys and the columns its aggregates read each in a column of its own (NULL in the
 other branches' rows), the branches' inputs a UNION ALL, and the groups keyed by the branch first —
 so a group holds one branch's rows, and each output is its branch's expression over them
-(`CASE mt_branch WHEN b …`). One aggregate's state then maintains every branch, retractions included,
-and a UNION (DISTINCT) of aggregates is an aggregate of that aggregate (`nested`)."""
+(`CASE mt_branch WHEN b …`). A global aggregate's branch adds a row of its own, NULL in every column,
+so that its group is there over no rows (its aggregates read its input's rows alone, `real`). One
+aggregate's state then maintains every branch, retractions included, and a UNION (DISTINCT) of
+aggregates is an aggregate of that aggregate (`nested`)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import re
 
 from sqlglot import exp
 
-from mt_magic.incremental.as_aggregate import grouped
+from mt_magic.incremental.as_aggregate import grouped, unfiltered
 from mt_magic.incremental.checks import NotMaintainable
 from mt_magic.incremental.occurrences import own, sql
 
@@ -39,12 +41,14 @@ def _branches(node: exp.Expression) -> list[exp.Expression] | None:
                 not side.args.get("limit"):
             side = side.this
         inner = _branches(side) if not (side.args.get("order") or side.args.get("limit")) else None
-        found.extend(inner if inner is not None else [grouped(side)])   # (a SELECT DISTINCT: its GROUP BY)
+        found.extend(inner if inner is not None else [unfiltered(grouped(side)) if isinstance(side, exp.Select)
+                                                      else side])   # (a SELECT DISTINCT: its GROUP BY)
     return found
 
 
 def _aggregating(branch: exp.Expression) -> bool:
-    return isinstance(branch, exp.Select) and bool(branch.args.get("group") or own(branch, exp.AggFunc))
+    return isinstance(branch, exp.Select) and bool(branch.args.get("group") or any(
+        not isinstance(call.parent, exp.Window) for call in own(branch, exp.AggFunc)))   # (a window's is not)
 
 
 def _combined(union: exp.Union) -> exp.Select:
@@ -63,6 +67,10 @@ def _combined(union: exp.Union) -> exp.Select:
             select.set(arg, None)
         select.set("expressions", values)
         inputs = select if inputs is None else exp.union(inputs, select, distinct=False)
+        if b.whole:     # its one group's row, whatever its input: no aggregate reads it
+            row = exp.select(*[exp.alias_(exp.Literal.number(b.index), BRANCH)] +
+                             [exp.alias_(exp.Null(), s) for s in slots])
+            inputs = exp.union(inputs, row, distinct=False)
     branch = exp.column(BRANCH)
     outputs = [exp.alias_(exp.Case(ifs=[exp.If(this=exp.EQ(this=branch.copy(), expression=exp.Literal.number(b.index)),
                                                 true=b.outputs[i].copy()) for b in branches]),
@@ -84,9 +92,8 @@ class _Branch:
 
     def __init__(self, select: exp.Select, index: int) -> None:
         self.select, self.index = select, index
-        group = select.args.get("group")
-        if group is None:
-            raise NotMaintainable("an aggregate without GROUP BY under UNION ALL")
+        group = select.args.get("group") or exp.Group(expressions=[])
+        self.whole = not group.expressions       # a global aggregate: one group, rows or none
         if any(group.args.get(a) for a in ("grouping_sets", "rollup", "cube")):
             raise NotMaintainable("GROUPING SETS, ROLLUP or CUBE under UNION ALL")
         if select.args.get("distinct") or select.args.get("qualify"):
@@ -101,13 +108,14 @@ class _Branch:
                 by_text[sql(key).lower()] = self._slot("k", key)
         self.keys = by_text
         self.columns: dict[str, str] = {}
+        self.real = self._slot("c", exp.Literal.number(1)) if self.whole else None   # NULL in its group's own row
         self.outputs = [self._over_slots(e.this if isinstance(e, exp.Alias) else e) for e in select.expressions]
         self.having = self._over_slots(having.this) if having is not None else None
 
     def _over_slots(self, expression: exp.Expression) -> exp.Expression:
         def swap(node: exp.Expression) -> exp.Expression:
             if isinstance(node, exp.AggFunc):
-                return node.copy().transform(self._column_slot)
+                return self._real(node.copy().transform(self._column_slot))
             found = self.keys.get(sql(node).lower())
             if found is not None:
                 return exp.column(found)
@@ -115,6 +123,21 @@ class _Branch:
                 raise NotMaintainable(f"the column {sql(node)}, neither grouped nor aggregated, under UNION ALL")
             return node
         return expression.copy().transform(swap)
+
+    def _real(self, call: exp.AggFunc) -> exp.AggFunc:
+        """A global aggregate's call over its input's rows alone, not its group's own row: its argument
+        NULL there (COUNT(*) a count of `real`)."""
+        if self.real is None:
+            return call
+        real = exp.column(self.real)
+        argument = call.this
+        if isinstance(argument, exp.Star):
+            call.set("this", real)
+        elif isinstance(argument, exp.Distinct):
+            argument.set("expressions", [_when(real, e) for e in argument.expressions])
+        elif argument is not None:
+            call.set("this", _when(real, argument))
+        return call
 
     def _column_slot(self, node: exp.Expression) -> exp.Expression:
         if not isinstance(node, exp.Column) or node.is_star:
@@ -132,6 +155,10 @@ class _Branch:
             name += "_"
         self.slots.append((name, holds.copy()))
         return name
+
+
+def _when(real: exp.Column, value: exp.Expression) -> exp.Expression:
+    return exp.Case(ifs=[exp.If(this=exp.Is(this=real.copy(), expression=exp.Not(this=exp.Null())), true=value)])
 
 
 def _ordinal(key: exp.Expression, select: exp.Select) -> exp.Expression:
