@@ -193,7 +193,7 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
     check_select(tree, AGGREGATE_ARGS)
     group = tree.args.get("group")
     finest, sets = finest_keys(group) if group is not None else ([], None)
-    keys = [_ordinal(k, tree) for k in finest]
+    keys = [ordinal(k, tree) for k in finest]
     if group is not None:
         tree = tree.copy()
         tree.set("group", exp.Group(expressions=[k.copy() for k in keys]))
@@ -289,7 +289,7 @@ def _counted(argument: str) -> str:
     return f"CASE WHEN ({argument}) IS NULL THEN CAST(0 AS BIGINT) ELSE CAST(1 AS BIGINT) END"
 
 
-def _ordinal(key: exp.Expression, tree: exp.Select) -> exp.Expression:
+def ordinal(key: exp.Expression, tree: exp.Select) -> exp.Expression:
     """GROUP BY 2 is the second output expression (Spark's default)."""
     if isinstance(key, exp.Literal) and not key.is_string:
         position = int(key.name)

@@ -13,6 +13,7 @@ import re
 
 from sqlglot import exp
 
+from mt_magic.incremental.aggregate import ordinal
 from mt_magic.incremental.as_aggregate import grouped, unfiltered
 from mt_magic.incremental.checks import NotMaintainable
 from mt_magic.incremental.occurrences import own, sql
@@ -103,7 +104,7 @@ class _Branch:
             raise NotMaintainable("a window or a subquery in an aggregate under UNION ALL")
         self.slots: list[tuple[str, exp.Expression]] = []     # (its name, what it holds)
         by_text: dict[str, str] = {}
-        for key in (_ordinal(k, select) for k in group.expressions):
+        for key in (ordinal(k, select) for k in group.expressions):
             if sql(key).lower() not in by_text:
                 by_text[sql(key).lower()] = self._slot("k", key)
         self.keys = by_text
@@ -159,14 +160,6 @@ class _Branch:
 
 def _when(real: exp.Column, value: exp.Expression) -> exp.Expression:
     return exp.Case(ifs=[exp.If(this=exp.Is(this=real.copy(), expression=exp.Not(this=exp.Null())), true=value)])
-
-
-def _ordinal(key: exp.Expression, select: exp.Select) -> exp.Expression:
-    """GROUP BY 2: the second output's expression."""
-    if isinstance(key, exp.Literal) and not key.is_string:
-        chosen = select.expressions[int(key.name) - 1]
-        return chosen.this if isinstance(chosen, exp.Alias) else chosen
-    return key
 
 
 def _name(output: exp.Expression) -> str:
