@@ -208,6 +208,7 @@ def test_spark_left_on_an_unrecorded_version_is_put_back_and_that_version_outliv
 
     second = Gateway(spark, catalog_store=store_path)
     try:
+        assert second.restored(120)          # (opening returns before the tables are put back: `restored`)
         assert spark.table("t").count() == 5
         assert table_rows(spark, "t") == table_rows(spark, "sales")
     finally:
