@@ -10,7 +10,8 @@ UNION ALL, an inner join, GROUP BY with COUNT/SUM/AVG/MIN/MAX and HAVING, a glob
 LIMIT over a GROUP BY, a join under GROUP BY (and nested in a subquery in FROM, with FILTER; a CTE),
 LEFT JOIN (under GROUP BY too), SELECT DISTINCT, UNION, ROLLUP, COUNT(DISTINCT) with HAVING, top-N per
 key (ROW_NUMBER in a subquery, RANK over a join with QUALIFY) and over all (ORDER BY … LIMIT), NOT EXISTS
-and NOT IN and LEFT, RIGHT and FULL JOIN under aggregates (an append to what they read taking rows away), a chain
+and NOT IN and LEFT, RIGHT and FULL JOIN under aggregates (an append to what they read taking rows away; a LEFT JOIN's
+padded side's partials kept below it), EXISTS and NOT EXISTS over `sales` read as its keys counted, a chain
 of materialized tables (linear over linear, aggregate over linear) and a partitioned table. The sources
 hold NULL keys and values and duplicate rows; `sales` is partitioned (NULL partition values included).
 Every table has `'refresh.policy' = 'incremental'`: these tiny sources would often make `auto`'s cost
@@ -29,6 +30,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
+from mt_magic.incremental.exists_keys import exists_sources, keyed
 from mt_magic.incremental.linear import term_trees
 from mt_magic.incremental.rules import (Aggregate, DistinctCount, Linear, Recompute, TopN, appendable_held,
                                         held_sources, maintenance)
@@ -97,6 +99,15 @@ SHAPES = {   # name → (query, the plain sources it reads)
     "antilin": ("SELECT s.ds, s.product_id, s.amount FROM sales s WHERE NOT EXISTS (SELECT 1 FROM dim d WHERE d.id = "
                 "s.product_id AND d.name = 'a') AND s.amount NOT IN (SELECT CASE WHEN name = 'b' AND id = 4 THEN NULL "
                 "ELSE id * 2.5 END FROM dim)", {"sales", "dim"}),
+    "padded": ("SELECT c, COUNT(*) AS ks, SUM(t) AS t, MAX(hi) AS hi FROM (SELECT d.name, COUNT(s.amount) AS c, "
+               "SUM(s.amount) AS t, MAX(s.ds) AS hi FROM dim d LEFT JOIN sales s ON s.product_id = d.id AND "
+               "s.amount > 1 GROUP BY d.name) AS per GROUP BY c", {"sales", "dim"}),
+    # An EXISTS / NOT EXISTS over `sales` from `dim` alone: the keys it tests counted, per day of `sales`
+    # (a LEFT JOIN with them, the query around computed again over them); its columns unqualified (TPC-H Q22).
+    "nokeys": ("SELECT k, COUNT(*) AS n, SUM(id) AS ids FROM (SELECT name AS k, id FROM dim WHERE NOT EXISTS "
+               "(SELECT * FROM sales WHERE product_id = id AND amount > 1)) AS x GROUP BY k", {"sales", "dim"}),
+    "haskeys": ("SELECT d.id, d.name FROM dim d WHERE EXISTS (SELECT 1 FROM sales s WHERE s.product_id = d.id "
+                "AND s.ds IS NOT NULL)", {"sales", "dim"}),
     "dimleft": ("SELECT d.id, d.name, s.amount FROM dim d LEFT JOIN sales s ON s.product_id = d.id AND s.amount > 1",
                 {"sales", "dim"}),
     "fulllin": ("SELECT d.name, s.ds, s.amount FROM dim d FULL OUTER JOIN sales s ON s.product_id = d.id "
@@ -131,10 +142,12 @@ RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestag
               "chain": {"lin"}, "chainagg": {"lin"}, "distinct": {"sales"}, "top": {"sales"}, "ranked": {"sales"},
               "uni": {"sales", "dim"}, "semi": {"sales"}, "anti": {"sales"}, "rightj": {"sales"},
               "semij": {"sales"}, "nested": {"sales"}, "antiagg": {"sales"}, "rightsum": {"sales"},
-              "antilin": {"sales"}, "constant": {"sales"}}
+              "antilin": {"sales"}, "constant": {"sales"}, "padded": {"sales"},
+              "nokeys": {"sales"}, "haskeys": {"sales"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
-# rewrite of the dimension is joined with them again — while `sales` was appended to as well.
-REJOINED = {"joinagg", "leftagg"}
+# rewrite of the dimension is joined with them again — while `sales` was appended to as well. `padded`
+# (TPC-H Q13's shape) keeps them below a LEFT JOIN that pads `dim`'s rows: a change of either joins them again.
+REJOINED = {"joinagg", "leftagg", "padded"}
 # Read on the right of a LEFT JOIN (outer, semi or anti), on the left of a RIGHT JOIN, in a subquery of
 # WHERE (an anti-join), or above an aggregate read as a subquery: an append to it recomputes, naming it and
 # where it is read (the last place it is read; a rewrite is one above) — unless each place it is read moves
@@ -147,7 +160,9 @@ REJOINED = {"joinagg", "leftagg"}
 # `antilin` and `leftj` keep their rows by day, `dimleft` and `fulllin` none).
 HELD = {"anti": ("dim", "in a subquery of WHERE"),
         "rightj": ("dim", "on the right of a LEFT ANTI JOIN"), "semij": ("dim", "on the right of a LEFT SEMI JOIN"),
-        "nested": ("dim", "above an aggregate it reads as a subquery")}
+        "nested": ("dim", "above an aggregate it reads as a subquery"),
+        "nokeys": ("dim", "above an aggregate it reads as a subquery"),
+        "haskeys": ("dim", "above an aggregate it reads as a subquery")}
 CI = bool(os.environ.get("CI"))
 rounds = itertools.count()       # one fire time per refresh round, later each time
 
@@ -205,6 +220,24 @@ def test_a_partitions_files_that_stay_stay_named_when_some_of_its_others_are_rew
     assert merged(kept, {"s1", "s2", "s3"}, {"d1": ("c1",)}) == {"d1": ("big", "c1")}
 
 
+def test_an_exists_is_read_as_its_keys_counted_only_where_equalities_alone_correlate_it():
+    """`keyed` reads an [NOT] EXISTS over a counted table as a LEFT JOIN with its keys counted; any other
+    test — correlated by more than equalities, over a table whose name the query uses outside too, in a
+    SELECT with a comma join, over a table not counted — stays as written."""
+    counted = {"c.d.f"}
+    query = "SELECT d.k, COUNT(*) AS n FROM c.d.dim d WHERE d.v > 1 AND NOT EXISTS (SELECT 1 FROM c.d.f f " \
+            "WHERE f.k = d.k + 1 AND f.x IS NOT NULL AND f.ds = d.ds) GROUP BY d.k"
+    rewritten = keyed(query, counted)
+    assert "LEFT JOIN (SELECT f.k AS mt_k0, f.ds AS mt_k1, COUNT(*) AS mt_rows FROM c.d.f AS f WHERE NOT f.x IS NULL " \
+           "GROUP BY f.k, f.ds) AS mt_exists0 ON mt_exists0.mt_k0 = d.k + 1 AND mt_exists0.mt_k1 = d.ds" in rewritten
+    assert "WHERE d.v > 1 AND mt_exists0.mt_rows IS NULL" in rewritten
+    assert type(maintenance(rewritten)) is Aggregate and maintenance(rewritten).above is not None
+    for unchanged in [query.replace("f.ds = d.ds", "f.ds < d.ds"), query.replace("c.d.dim d", "c.d.dim AS f"),
+                      query.replace("c.d.dim d", "c.d.dim d, c.d.g"), query.replace("c.d.f f", "c.d.e f")]:
+        assert keyed(unchanged, counted) == unchanged
+    assert exists_sources(query) == {"c.d.f"} and exists_sources(query.replace("c.d.dim d", "c.d.f d")) == set()
+
+
 def test_the_rules_classify_the_shapes():
     prefix = "`spark_catalog`.`db`."
     kinds = {name: type(maintenance(query.replace(" sales", f" {prefix}`sales`").replace(" dim", f" {prefix}`dim`")
@@ -218,7 +251,8 @@ def test_the_rules_classify_the_shapes():
                      "distinct": DistinctCount, "top": TopN,
                      "ranked": TopN, "semi": Aggregate, "anti": Linear, "rightj": Linear, "semij": Aggregate,
                      "nested": Aggregate, "antiagg": Aggregate, "rightsum": Aggregate, "custdist": Aggregate,
-                     "fullagg": Aggregate, "antilin": Linear, "dimleft": Linear, "fulllin": Linear,
+                     "fullagg": Aggregate, "antilin": Linear, "dimleft": Linear, "fulllin": Linear, "padded": Aggregate,
+                     "nokeys": Aggregate, "haskeys": Linear,
                      "unionsum": Aggregate, "unijoin": Linear, "aggunion": Aggregate,
                      "constant": Linear}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 1", "OFFSET"),

@@ -29,7 +29,7 @@ BESIDE = "mt_beside_"         # another table the query above reads, by its plac
 _MERGES = {exp.Count: "SUM", exp.Sum: "SUM", exp.Min: "MIN", exp.Max: "MAX"}
 STATE_KEY = "_g"          # the state's group key columns: _g0, _g1, ...
 STATE_PARTIAL = "_a"      # its partials: _a0, _a1, ...
-_ONE = "CAST(1 AS BIGINT)"   # what one row adds to COUNT(*)
+ONE = "CAST(1 AS BIGINT)"   # what one row adds to COUNT(*)
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
             if call.expressions:
                 raise NotMaintainable(f"{call_name(call)} of several columns")
             argument = sql(call.this)
-            row = (_counted(argument) if not isinstance(call.this, exp.Star) else _ONE) \
+            row = (_counted(argument) if not isinstance(call.this, exp.Star) else ONE) \
                 if isinstance(call, exp.Count) else argument
             summed = retractable and isinstance(call, exp.Sum)
             partials.append(Partial(text, _MERGES[type(call)], row, counter=j + 1 if summed else None,
@@ -247,10 +247,10 @@ def aggregate(tree: exp.Select, retractable: bool = False) -> Aggregate | Distin
     having = tree.args.get("having")
     having_sql = _over_state(having.this, keys, final) if having is not None else None
     order = _order_over_state(ordering, tree, keys, final) if ordering is not None else None
-    presence = next((j for j, p in enumerate(partials) if p.row == _ONE), None)
+    presence = next((j for j, p in enumerate(partials) if p.row == ONE), None)
     if presence is None and retractable:
         presence = len(partials)
-        partials.append(Partial("COUNT(*)", "SUM", _ONE, counting=True))
+        partials.append(Partial("COUNT(*)", "SUM", ONE, counting=True))
     return Aggregate(tree, tuple(identifier(t) for t in tables(tree)), tuple(sql(k) for k in [*keys, *values.values()]),
                      tuple(partials), tuple(finals), having_sql, tuple(averaged), presence, retractable,
                      order, sql(limit.expression) if limit is not None else None, written,

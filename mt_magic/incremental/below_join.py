@@ -10,13 +10,16 @@ joins the kept partials with `d` again: `f`'s rows are not read. Filters over `f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlglot import exp
+from sqlglot import exp, parse_one
+from sqlglot.errors import SqlglotError
+from sqlglot.optimizer.qualify_columns import qualify_columns
+from sqlglot.schema import MappingSchema
 
-from mt_magic.incremental.aggregate import STATE_KEY, STATE_PARTIAL, Aggregate
-from mt_magic.incremental.checks import IN_SUBQUERY, conjuncts, held_still, parse_expression, quoted
+from mt_magic.incremental.aggregate import ONE, STATE_KEY, STATE_PARTIAL, Aggregate
+from mt_magic.incremental.checks import HELD_LEFT, IN_SUBQUERY, conjuncts, held_still, parse_expression, quoted
 from mt_magic.incremental.occurrences import replaced, sql, tables
 from mt_magic.incremental.provenance import PARTITION
 
@@ -24,12 +27,13 @@ from mt_magic.incremental.provenance import PARTITION
 @dataclass(frozen=True)
 class Below:
     """Where the partials are kept below the joins: the occurrence, its alias, its interface columns and
-    the WHERE conjuncts over it alone."""
+    the conjuncts over it alone (of WHERE; of its LEFT JOIN's ON where it is `padded`)."""
 
     occurrence: int
     alias: str
     interface: tuple[str, ...]
     pushed: tuple[str, ...]
+    padded: bool = False
 
 
 def below(rule: Aggregate, occurrence: int) -> Below | None:
@@ -38,17 +42,27 @@ def below(rule: Aggregate, occurrence: int) -> Below | None:
     if not isinstance(rule, Aggregate):     # a top-N's rows are kept as they are
         return None
     found = tables(rule.select)
+    held = held_still(rule.select)
     if len(found) < 2 or rule.select.args.get("laterals") or found[occurrence].parent.parent is not rule.select \
-            or any(where in IN_SUBQUERY for where in held_still(rule.select).values()):
+            or any(where in IN_SUBQUERY for where in held.values()):
         return None         # (an occurrence in a subquery: its partials are not the query's own)
+    padded = held.get(occurrence) == HELD_LEFT
+    if occurrence in held and not padded:
+        return None
     alias = found[occurrence].alias_or_name
     for partial in rule.partials:
         if any(c.table.lower() != alias.lower() for c in parse_expression(partial.row).find_all(exp.Column)):
             return None
+        if padded and partial.row != ONE and not isinstance(parse_expression(partial.expression).this, exp.Column):
+            return None     # (a padded row's value is known of a column: NULL)
     where = rule.select.args.get("where")
     parts = conjuncts(where.this) if where is not None else []
     pushed = [c for c in parts if _over(c, alias)]
     outside = rule.select.copy()
+    if padded:
+        if pushed:
+            return None     # (a WHERE over the padded side stops its padded rows)
+        pushed = _pushed_on(outside, occurrence, alias)
     outside.set("having", None)
     outside.set("where", None)
     interface: dict[str, None] = {}
@@ -62,7 +76,30 @@ def below(rule: Aggregate, occurrence: int) -> Below | None:
                 interface[column.name.lower()] = None
     if any(name == PARTITION or name.startswith((STATE_KEY, STATE_PARTIAL)) for name in interface):
         return None
-    return Below(occurrence, alias, tuple(interface), tuple(sql(c) for c in pushed))
+    return Below(occurrence, alias, tuple(interface), tuple(sql(c) for c in pushed), padded)
+
+
+def unnamed_padding(rule: object) -> bool:
+    """An aggregate over a LEFT JOIN whose columns do not all name their table: `below` keeps the
+    padded side's partials only where they do (`qualified` names them)."""
+    return isinstance(rule, Aggregate) and HELD_LEFT in held_still(rule.select).values() and \
+        any(not c.table for c in rule.select.find_all(exp.Column) if not c.is_star)
+
+
+def qualified(query: str, columns: Mapping[str, Sequence[str]]) -> str:
+    """`query` with each column naming its table, by the columns of its sources (`columns`, by their
+    catalog.database.table names); as it is where they do not tell."""
+    tables: dict = {}
+    for source, names in columns.items():
+        parts = source.split(".", 2)
+        if len(parts) != 3:
+            return query
+        tables.setdefault(parts[0], {}).setdefault(parts[1], {})[parts[2]] = dict.fromkeys(names, "STRING")
+    try:      # (the names suffice: the types are not read)
+        return qualify_columns(parse_one(query, read="spark"), schema=MappingSchema(tables, dialect="spark"),
+                               expand_stars=False).sql("spark")
+    except SqlglotError:
+        return query
 
 
 def kept_columns(rule: Aggregate, occurrence: int) -> list[str]:
@@ -95,7 +132,9 @@ def joined_partials(rule: Aggregate, kept: Below, partials: str, reading: Callab
     partials, unmerged (a merge that follows groups them: one shuffle fewer)."""
     tree = replaced(rule.select, lambda i: partials if i == kept.occurrence else reading(i))
     where = tree.args.get("where")
-    if where is not None:
+    if kept.padded:
+        _pushed_on(tree, kept.occurrence, kept.alias)
+    elif where is not None:
         left = [c for c in conjuncts(where.this) if not _over(c, kept.alias)]
         tree.set("where", exp.Where(this=exp.and_(*left)) if left else None)
     group = tree.args.get("group")
@@ -103,6 +142,8 @@ def joined_partials(rule: Aggregate, kept: Below, partials: str, reading: Callab
     merges = []
     for j, p in enumerate(rule.partials):
         column = f"{quoted(kept.alias)}.{STATE_PARTIAL}{j}"
+        if kept.padded and p.counting:      # a padded row: one row (COUNT(*)), no values
+            column = f"COALESCE({column}, {1 if p.row == ONE else 0})"
         merged = column if rows else f"{p.merge}({column})"
         merges.append(exp.alias_(parse_expression(f"COALESCE({merged}, 0)" if p.counting and not group and not rows
                                                   else merged), f"{STATE_PARTIAL}{j}"))
@@ -111,6 +152,18 @@ def joined_partials(rule: Aggregate, kept: Below, partials: str, reading: Callab
     if rows:
         tree.set("group", None)
     return sql(tree)
+
+
+def _pushed_on(tree: exp.Select, occurrence: int, alias: str) -> list[exp.Expression]:
+    """The ON conjuncts over the padded occurrence alone, taken out of its join in `tree` (they are
+    applied below it; TRUE is left where nothing else is)."""
+    join = tables(tree)[occurrence].parent
+    on = join.args.get("on")
+    parts = conjuncts(on) if on is not None else []
+    pushed = [c for c in parts if _over(c, alias)]
+    rest = [c for c in parts if not _over(c, alias)]
+    join.set("on", exp.and_(*rest) if rest else exp.true())
+    return pushed
 
 
 def _over(conjunct: exp.Expression, alias: str) -> bool:

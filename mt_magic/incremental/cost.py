@@ -116,16 +116,18 @@ def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceByte
     return Estimate(incremental, full, tuple(parts.items()))
 
 
-def estimate_below(kept: str, sources: Mapping[str, SourceBytes], partials_bytes: int, state_bytes: int) -> Estimate:
+def estimate_below(kept: str, sources: Mapping[str, SourceBytes], partials_bytes: int, state_bytes: int,
+                   padded: bool = False) -> Estimate:
     """A table whose partials are kept below its joins (`below_join`): the kept source's appended rows
-    are read alone, their partials joined with the other sources; an append to another source joins
-    every kept partial with them instead of reading the kept source whole."""
+    are read alone, their partials joined with the other sources; an append to another source (any
+    change, where the kept source is padded) joins every kept partial with them instead of reading the
+    kept source whole."""
     parts = _Parts()
     parts.add(f"reading {kept}'s appended files", sources[kept].added)
     for source, read in sources.items():
         if source != kept:
             parts.add(f"joining the kept partials with {source} read whole", read.new)
-    if any(b.added for s, b in sources.items() if s != kept):
+    if padded or any(b.added for s, b in sources.items() if s != kept):
         parts.add(f"joining every kept partial of {kept} with the other sources' change", partials_bytes)
     parts.add(_MERGING, STATE_PASSES * state_bytes)
     return Estimate(sum(parts.values()), sum(b.new for b in sources.values()) + state_bytes, tuple(parts.items()))

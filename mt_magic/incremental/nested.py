@@ -49,7 +49,8 @@ def _aggregates(body: exp.Expression) -> bool:
     """A SELECT that aggregates (a window function's call is not an aggregate of the SELECT)."""
     return isinstance(body, exp.Select) and bool(
         body.args.get("group") or body.args.get("distinct")
-        or any(not isinstance(call.parent, exp.Window) for call in own(body, exp.AggFunc)))
+        or any(not isinstance(call.parent, exp.Window) and call.find_ancestor(exp.Select) is body
+               for call in own(body, exp.AggFunc)))     # (not those of a subquery in its FROM)
 
 
 def _inside(node: exp.Expression, ancestor: exp.Expression) -> bool:

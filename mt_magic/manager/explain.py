@@ -12,6 +12,8 @@ from mt_magic.catalog.model import MaterializedTable
 from mt_magic.manager.describe import change_detection, strategy_text
 from mt_magic.manager.pipelines import Pipelines
 from mt_magic.refresh.changes import SourceChange
+from mt_magic.incremental.aggregate import Aggregate
+from mt_magic.incremental.below_join import below
 from mt_magic.incremental.plan import maintained_plan
 from mt_magic.refresh.choice import FULL_BY_POLICY, rule_by_syntax
 from mt_magic.refresh.decision import RefreshDecision, Situation, decide
@@ -37,7 +39,9 @@ def explain_refresh(pipelines: Pipelines, table: MaterializedTable, spec: dict[s
     rows += [(f"source {source}", _source_text(situation, scheduled, source)) for source in table.source_tables]
     rows.append(("maintained plan", "\n".join(pipelines.plan(table))))
     if scheduled.keeping is not None:
-        rows.append(("state kept", scheduled.keeping.describe()))
+        layout = below(scheduled.rule, scheduled.keeping.provenance.occurrence) \
+            if isinstance(scheduled.rule, Aggregate) else None
+        rows.append(("state kept", scheduled.keeping.describe(layout)))
     if scheduled.estimate is not None:
         rows.append(("cost estimate", scheduled.estimate.describe()))
     rows += [("a scheduled refresh now", f"would {scheduled.describe()}"),

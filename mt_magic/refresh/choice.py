@@ -21,8 +21,9 @@ from pyspark.sql import types as T
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.config import REFRESH_POLICY
 from mt_magic.errors import MaterializedTableError
-from mt_magic.incremental.below_join import below
+from mt_magic.incremental.below_join import below, qualified, unnamed_padding
 from mt_magic.incremental.distinct_pairs import retractable
+from mt_magic.incremental.exists_keys import exists_sources, keyed
 from mt_magic.incremental.cost import Estimate, SourceBytes, Within, estimate, estimate_below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.plan import maintained_plan
@@ -36,6 +37,7 @@ from mt_magic.refresh.provenance_state import Keeping, Retraction
 from mt_magic.spark.query_plans import analysed_operators
 from mt_magic.spark.commands import alongside, settle
 from mt_magic.spark.errors import spark_call
+from mt_magic.spark.tables import table_facts
 from mt_magic.spark.files import Files
 from mt_magic.spark.frames import query_frame, query_over
 from mt_magic.spark.types import type_from_json
@@ -122,7 +124,30 @@ class Chooser:
 
     def _judged_rule(self, table: MaterializedTable) -> Rule:
         rule = _unjudged(table)
+        counted = self._counted(rule, table.definition_query)
+        if counted or unnamed_padding(rule):       # its columns named by their tables, by Spark's schemas
+            named = qualified(table.definition_query, {
+                source: self._schema(source).fieldNames() for source in dict.fromkeys(rule.sources)})
+            rule = next((r for r in map(rule_by_syntax, [keyed(named, counted)] * bool(counted) + [named])
+                         if not isinstance(r, Recompute)), rule)
         return rule if isinstance(rule, Recompute) else self._judged(table, rule)
+
+    def _counted(self, rule: Rule, query: str) -> set[str]:
+        """The sources an EXISTS reads whose keys are counted (`exists_keys`): partitioned ones, where
+        the query reads no other partitioned source (what changes is the source tested against)."""
+        tested = exists_sources(query) & set(rule.sources) if not isinstance(rule, Recompute) else set()
+        if not tested:
+            return set()
+        partitioned = {source for source in rule.sources if self._partitioned(source)}
+        return tested & partitioned if partitioned <= tested else set()
+
+    def _partitioned(self, source: str) -> bool:
+        upstream = self.snapshots.store.get(source)
+        if upstream is not None:
+            return bool(upstream.partition_keys)
+        facts = self.snapshots.facts(source) or \
+            table_facts(self.spark, ".".join(quote_identifier(p) for p in source.split(".", 2)))
+        return bool(facts.partition_columns)
 
     def _asking(self, answers: dict[str, tuple[Any, Future[_A]]], key: str, token: Any,
                 stale: Callable[[Any], bool], request: Callable[[], _A]) -> tuple[Any, Future[_A]]:
@@ -282,10 +307,12 @@ class Chooser:
             state = sum(size for location in data_locations(table.storage)
                         for size, _ in self.files.listing(location).values())
         kept = manifest.kept
-        if isinstance(rule, Aggregate) and isinstance(kept, KeptState) and below(rule, kept.provenance.occurrence):
+        layout = below(rule, kept.provenance.occurrence) \
+            if isinstance(rule, Aggregate) and isinstance(kept, KeptState) else None
+        if layout is not None:
             partials = sum(size for size, _ in self.files.listing(kept.folder).values()) \
                 if self.files.exists(kept.folder) else 0
-            return estimate_below(kept.source, sources, partials, state or 0)
+            return estimate_below(kept.source, sources, partials, state or 0, layout.padded)
         return estimate(branches, sources, state, within, set(monotone_occurrences(rule)),
                         "writing the table's rows again without those taken away" if taking else "",
                         apart_occurrences(rule))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from mt_magic.catalog.history import Technique, Trigger
 from mt_magic.catalog.model import MaterializedTable, Target
 from mt_magic.config import REFRESH_POLICY
-from mt_magic.incremental.below_join import below
+from mt_magic.incremental.below_join import Below, below
 from mt_magic.incremental.cost import Estimate
 from mt_magic.incremental.provenance import OTHER_BRANCHES, keepable, subtracts
 from mt_magic.incremental.rules import (Aggregate, Linear, Recompute, Rule, TopN, appendable_held, held_sources,
@@ -224,9 +224,21 @@ def _diffed(situation: Situation, source: str, now: Listing) -> Retraction | str
 def _rejoins(situation: Situation) -> bool:
     """The partials are kept below the joins: another source's change is joined with them again,
     whatever the kept source did besides but a rewrite (its appended rows' partials join too)."""
+    return _below(situation) is not None
+
+
+def _padded_kept(situation: Situation, source: str) -> bool:
+    """The source is the padded side of a LEFT JOIN whose partials are kept below it: any change of it
+    joins them all again (its being held still asks nothing more)."""
+    layout = _below(situation)
+    return layout is not None and layout.padded and situation.manifest.kept.source == source
+
+
+def _below(situation: Situation) -> Below | None:
+    """Where the partials are kept below the joins, if they are."""
     kept, rule = situation.manifest.kept, situation.known.rule
-    return isinstance(kept, KeptState) and isinstance(rule, Aggregate) and \
-        below(rule, kept.provenance.occurrence) is not None
+    return below(rule, kept.provenance.occurrence) \
+        if isinstance(kept, KeptState) and isinstance(rule, Aggregate) else None
 
 
 def choose(situation: Situation, rebuild: bool = False) -> Choice:
@@ -263,7 +275,8 @@ def choose(situation: Situation, rebuild: bool = False) -> Choice:
                       "exactly as computed", readings)
     held = [(s, where) for s, where in held_sources(rule).items() if changes[s].change is not SourceChange.UNCHANGED
             and not (changes[s].change is SourceChange.APPENDED and s in appendable)
-            and not (retraction is not None and retraction.way is Way.REJOINED and retraction.source == s)]
+            and not (retraction is not None and retraction.way is Way.REJOINED and retraction.source == s)
+            and not _padded_kept(situation, s)]
     if held:
         return Choice(rule, False, f"{held[0][0]} changed: it is read {held[0][1]}", readings)
     if not known.state_kept:

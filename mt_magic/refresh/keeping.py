@@ -55,11 +55,17 @@ def _partitioned(rule: Rule, index: int, readings: dict[str, Reading | str],
     partitioned by a string, whole-number or date column."""
     reading, source = readings.get(rule.sources[index]), rule.sources[index]
     if reading is None or isinstance(reading, str) or not reading.partition_columns or \
-            materialized(source) is not None or not keepable(rule, index):
+            materialized(source) is not None or not (keepable(rule, index) or _padded_below(rule, index)):
         return None
     column = reading.partition_columns[0]
     field = next((f for f in reading.schema.fields if f.name.lower() == column.lower()), None)
     return Provenance(index, field.name) if field is not None and isinstance(field.dataType, PARTITION_TYPES) else None
+
+
+def _padded_below(rule: Rule, index: int) -> bool:
+    """The padded side of an aggregate's LEFT JOIN, its partials kept below the join (`below_join`)."""
+    kept = below(rule, index) if type(rule) is Aggregate else None
+    return kept is not None and kept.padded
 
 
 def paired(keeping: Keeping, rule: Rule, readings: dict[str, Reading | str],

@@ -44,8 +44,8 @@ class KeptBelow:
         """The state after the change (None: the rewritten partitions' partials are what they were), the
         stage, its schema and the kept partitions it replaces: the
         kept source's appended rows' partials added (its rewritten partitions' taken out and written
-        again), or — another source appended to or rewritten — every kept partial joined with the others
-        again (the appended rows' partials among them)."""
+        again), or — another source appended to or rewritten, or the kept source padded by a LEFT JOIN —
+        every kept partial joined with the others again (the appended rows' partials among them)."""
         published = manifest.kept
         by_partition = state_files(self.partials.storage.files, published.folder)
         every = set(by_partition)
@@ -56,7 +56,7 @@ class KeptBelow:
             replaced = files_in(by_partition, rewritten)
             if self.partials.same(table, rule, relations, stage, schema, published.schema, replaced):
                 return None, stage, schema, rewritten
-            if subtracts(rule):     # the partials now and, negated, before: joined with the others once
+            if subtracts(rule) and not kept.padded:     # the partials now and, negated, before: joined once
                 signed = relations.add("kept_signed", self.partials.signed_files(
                     relations, schema, paths, replaced, rule.partial_columns))
                 state = retracted(rule, old, f"({self._joined_with(rule, kept, relations, signed, rows=True)}) AS signed",
@@ -68,8 +68,9 @@ class KeptBelow:
         if keeping.source in appended:
             crowded, merging = self.partials.crowded(relations, published, by_partition)
             delta = relations.names.name(keeping.provenance.occurrence, Version.DELTA)
-            stage, schema, paths = self._write(table, rule, kept, keeping, relations, delta, merging)
-        if retraction is not None or appended - {keeping.source} or crowded:   # (a merged day's are staged again)
+            stage, schema, paths = self._write(table, rule, kept, keeping, relations, delta, merging, split=True)
+        if retraction is not None or appended - {keeping.source} or crowded or kept.padded:
+            # (a merged day's are staged again; a padded side's change alone would leave padded rows)
             return self._joined(rule, kept, relations, schema, files_in(by_partition, every - crowded) + paths), \
                 stage, schema, crowded
         columns = ", ".join(rule.state_columns)
@@ -78,11 +79,12 @@ class KeptBelow:
             stage, schema, crowded
 
     def _write(self, table: MaterializedTable, rule: Aggregate, kept: Below, keeping: Keeping, relations: Relations,
-               rows: str, merging: str | None = None) -> tuple[str, str, list[str]]:
+               rows: str, merging: str | None = None, split: bool = False) -> tuple[str, str, list[str]]:
         """The partials of `rows` (the kept source's), merged with `merging`'s, staged: the stage, the
-        partials' schema (JSON) and their files."""
+        partials' schema (JSON) and their files; `split`: an append's few rows of many partitions, split
+        into their folders as they are placed (`KeptPartials.stage`)."""
         stage, schema = self.partials.stage(table, relations, below_partials(
-            rule, kept, keeping.provenance.column, rows, merging))
+            rule, kept, keeping.provenance.column, rows, merging), split=split)
         return stage, schema.json(), sorted(self.partials.storage.files.listing(stage))
 
     def _joined(self, rule: Aggregate, kept: Below, relations: Relations, schema: str, paths: list[str],

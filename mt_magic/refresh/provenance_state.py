@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from mt_magic.incremental.below_join import Below
 from mt_magic.incremental.provenance import FILE, PAIRED, PARTITION, Provenance
 from mt_magic.spark.files import Files, Listing
 from mt_magic.storage.manifests import KeptState
@@ -37,11 +38,14 @@ class Keeping:
     paired_source: str | None = None        # the second source an aggregate's partials are kept by (its
     # partition: `provenance.paired`)
 
-    def describe(self) -> str:
-        """Where the state's rows are kept by, in words (EXPLAIN): what a rewrite retracts."""
+    def describe(self, layout: Below | None = None) -> str:
+        """Where the state's rows are kept by, in words (EXPLAIN): what a rewrite retracts; `layout`:
+        kept below the joins."""
         by = "file" if self.provenance.column == FILE else f"partition ({self.provenance.column})"
         paired = f" and per partition of {self.paired_source}" if self.paired_source else ""
-        return f"per {by} of {self.source}{paired}: a rewrite of it is retracted, not recomputed"
+        kept = "" if layout is None else f", below its joins per value of {', '.join(layout.interface)}" + (
+            " (the side a LEFT JOIN pads: every change joins them with the other side again)" if layout.padded else "")
+        return f"per {by} of {self.source}{paired}{kept}: a rewrite of it is retracted, not recomputed"
 
 
 class Way(Enum):
