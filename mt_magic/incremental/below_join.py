@@ -20,8 +20,9 @@ from sqlglot.schema import MappingSchema
 
 from mt_magic.incremental.aggregate import ONE, STATE_KEY, STATE_PARTIAL, Aggregate
 from mt_magic.incremental.checks import HELD_LEFT, IN_SUBQUERY, conjuncts, held_still, parse_expression, quoted
-from mt_magic.incremental.occurrences import replaced, sql, tables
+from mt_magic.incremental.occurrences import DIALECT, replaced, sql, tables
 from mt_magic.incremental.provenance import PARTITION
+from mt_magic.incremental.rules import Rule
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def below(rule: Aggregate, occurrence: int) -> Below | None:
     return Below(occurrence, alias, tuple(interface), tuple(sql(c) for c in pushed), padded)
 
 
-def unnamed_padding(rule: object) -> bool:
+def unnamed_padding(rule: Rule) -> bool:
     """An aggregate over a LEFT JOIN whose columns do not all name their table: `below` keeps the
     padded side's partials only where they do (`qualified` names them)."""
     return isinstance(rule, Aggregate) and HELD_LEFT in held_still(rule.select).values() and \
@@ -96,8 +97,8 @@ def qualified(query: str, columns: Mapping[str, Sequence[str]]) -> str:
             return query
         tables.setdefault(parts[0], {}).setdefault(parts[1], {})[parts[2]] = dict.fromkeys(names, "STRING")
     try:      # (the names suffice: the types are not read)
-        return qualify_columns(parse_one(query, read="spark"), schema=MappingSchema(tables, dialect="spark"),
-                               expand_stars=False).sql("spark")
+        return sql(qualify_columns(parse_one(query, read=DIALECT), schema=MappingSchema(tables, dialect=DIALECT),
+                                   expand_stars=False))
     except SqlglotError:
         return query
 
