@@ -59,6 +59,31 @@ def _rows(frame) -> list:
     return sorted(tuple(sorted(row.asDict().items())) for row in frame.collect())
 
 
+def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_an_exists_read_as_its_keys(spark, gw):
+    """Where the sources' partitions make a table keep a LEFT JOIN's padded side's partials below the
+    join (TPC-H Q13's shape), or count the keys a NOT EXISTS tests (Q22's), the maintained plan EXPLAIN
+    and DESCRIBE EXTENDED show says so, not the rule the query's text alone would get."""
+    db = f"spark_catalog.{spark.catalog.currentDatabase()}"
+    spark.sql("CREATE TABLE sales (product_id INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.sql("INSERT INTO sales VALUES (1, 10.0, 'd1'), (2, 0.5, 'd1'), (1, 7.0, 'd2')")
+    spark.sql("CREATE TABLE dim (id INT, name STRING) USING parquet")
+    spark.sql("INSERT INTO dim VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    queries = {"per_count": "SELECT c, COUNT(*) AS ks FROM (SELECT id, COUNT(amount) AS c FROM dim LEFT JOIN sales "
+                            "ON id = product_id AND amount > 1 GROUP BY id) AS x GROUP BY c",
+               "unsold": "SELECT name, COUNT(*) AS n FROM dim d WHERE NOT EXISTS (SELECT 1 FROM sales s "
+                         "WHERE s.product_id = d.id) GROUP BY name"}
+    for name, query in queries.items():
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS {query}")
+    padded = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE per_count REFRESH")[0].rows)["maintained plan"]
+    assert f"scan {db}.sales: its partials kept below the joins, per partition and value of product_id; the side a " \
+           "LEFT JOIN pads: any change of it or of the other side joins them all with the other side again" in padded
+    assert "LEFT JOIN sales: its kept partials read in its place, a padded row counting one row and no values" in padded
+    keys = {r[0]: r[1] for r in gw.execute("DESCRIBE EXTENDED unsold")[0].rows}["Maintained Plan"].splitlines()
+    assert keys[0] == f"scan {db}.sales: its appended files read (its change)"
+    assert "the keys an EXISTS or NOT EXISTS tests, counted (the aggregate): the query above reads them through a " \
+           "LEFT JOIN, a key without rows padded with NULL" in keys
+
+
 def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spark, gw):
     """EXPLAIN of a CREATE and of a refresh, and DESCRIBE EXTENDED, list each operator with its rule and
     state — here a semi-join under an aggregate: the filter is applied to the change, an append to

@@ -7,9 +7,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import Aggregate
+from mt_magic.incremental.below_join import Below
 from mt_magic.incremental.checks import (HELD_ABOVE, HELD_FILTER, HELD_VALUE, Appended, Monotone, held_still, join_words,
                                          monotone)
 from mt_magic.incremental.distinct import DistinctCount
+from mt_magic.incremental.exists_keys import KEYS
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import identifier, sql, subquery_expression, tables
 from mt_magic.incremental.rules import (Recompute, Rule, appendable_held, held_sources, monotone_occurrences,
@@ -17,8 +19,9 @@ from mt_magic.incremental.rules import (Recompute, Rule, appendable_held, held_s
 from mt_magic.incremental.topn import TopN
 
 
-def maintained_plan(rule: Rule) -> list[str]:
-    """One line per operator, the input's first and the result's last."""
+def maintained_plan(rule: Rule, layout: Below | None = None) -> list[str]:
+    """One line per operator, the input's first and the result's last; `layout`: where an aggregate's
+    partials are kept below its joins (known once its sources' partitions are)."""
     if isinstance(rule, Recompute):
         return [f"full recompute: {rule.reason}"]
     stuck = set(held_sources(rule)) - appendable_held(rule)       # held still where one of its reads is
@@ -38,7 +41,7 @@ def maintained_plan(rule: Rule) -> list[str]:
         by = ", ".join(rule.keys) or "the one group"
         return [*_input(rule.select, stuck), f"COUNT(DISTINCT …) per {by}: the change's new values added; "
                                       "state: the distinct values per group"]
-    return [*_input(rule.select, stuck, takes_away(rule)), *_aggregated(rule)]
+    return [*_input(rule.select, stuck, takes_away(rule), layout), *_aggregated(rule)]
 
 
 def _aggregated(rule: Aggregate) -> list[str]:
@@ -59,6 +62,9 @@ def _aggregated(rule: Aggregate) -> list[str]:
         lines.append("HAVING: applied to the merged groups")
     if rule.limit:
         lines.append(f"ORDER BY … LIMIT {rule.limit}: the first rows taken again from every group")
+    if rule.above and KEYS in rule.above:
+        lines.append("the keys an EXISTS or NOT EXISTS tests, counted (the aggregate): the query above reads them "
+                     "through a LEFT JOIN, a key without rows padded with NULL")
     if rule.above:
         lines.extend(f"scan {source}: read {HELD_ABOVE}, held still (a change recomputes)"
                      for source in rule.sources[len(rule.sources) - rule.beside:])
@@ -67,10 +73,10 @@ def _aggregated(rule: Aggregate) -> list[str]:
     return lines
 
 
-def _input(select: exp.Select, stuck: set[str], signed: bool = False) -> list[str]:
+def _input(select: exp.Select, stuck: set[str], signed: bool = False, layout: Below | None = None) -> list[str]:
     """The scans, joins and filters of one SELECT (its subqueries in FROM read through); `stuck`: the
     sources held still wherever they are read (another read of theirs is); `signed`: an append can take
-    rows away (`rules.takes_away`)."""
+    rows away (`rules.takes_away`); `layout`: the partials kept below the joins."""
     held = held_still(select)
     scanned = tables(select)
     found = {i: how for i, how in monotone(select).items()
@@ -80,6 +86,13 @@ def _input(select: exp.Select, stuck: set[str], signed: bool = False) -> list[st
     moving_tables = {id(table): moving[index] for index, table in enumerate(tables(select)) if index in moving}
     for index, table in enumerate(tables(select)):
         where = held.get(index)
+        if layout is not None and index == layout.occurrence:
+            lines.append(f"scan {identifier(table)}: its partials kept below the joins, per partition and value of "
+                         f"{', '.join(layout.interface)}; " + (
+                             "the side a LEFT JOIN pads: any change of it or of the other side joins them all with "
+                             "the other side again" if layout.padded else "its appended rows' partials joined with "
+                             "the others, a change of another source joining them all again"))
+            continue
         lines.append(f"scan {identifier(table)}: " + (
             f"read {where}, held still (a change recomputes)" if where and index not in moving else
             f"read {where}{_moved(found[index])}; a rewrite recomputes" if where else
@@ -94,7 +107,10 @@ def _input(select: exp.Select, stuck: set[str], signed: bool = False) -> list[st
             right_moves = moving_tables.get(id(join.this))
             padding = Appended.MATCHES in (right_moves, moving_tables.get(id(scope.args["from_"].this)))
             unpads = _JOINED[Appended.MATCHES]
-            if words.startswith(("LEFT", "SEMI", "ANTI")):
+            if layout is not None and layout.padded and join.this is tables(select)[layout.occurrence]:
+                lines.append(f"{words} JOIN {name}: its kept partials read in its place, a padded row counting one "
+                             "row and no values")
+            elif words.startswith(("LEFT", "SEMI", "ANTI")):
                 words = words if words.startswith("LEFT") else f"LEFT {words}"
                 right = f"; an append to its right side {_JOINED[right_moves]}" if right_moves else \
                     " while its right side holds still"

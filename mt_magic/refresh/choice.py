@@ -263,7 +263,18 @@ class Chooser:
         EXTENDED, EXPLAIN)."""
         if table.streams or table.options.get(REFRESH_POLICY) == "full":
             return [self.technique(table)]
-        return maintained_plan(self.rule(table))
+        rule = self.rule(table)
+        keeping = self._keeping(table, rule, {source: self.reading(source) for source in dict.fromkeys(rule.sources)}) \
+            if isinstance(rule, Aggregate) else None
+        return maintained_plan(rule, below(rule, keeping.provenance.occurrence) if keeping is not None else None)
+
+    def _keeping(self, table: MaterializedTable, rule: Rule, readings: dict[str, Reading | str]) -> Keeping | None:
+        """What the table keeps its derived rows by (`keeping_of`): nothing where it is partitioned like
+        the source, whose changed partitions the refresh rewrites."""
+        keeping = keeping_of(rule, readings, self.snapshots.store.get)
+        if keeping is not None and table.partition_keys and keeping.source.lower() in self.snapshots.lineage(table).columns:
+            return None
+        return keeping
 
     def known(self, table: MaterializedTable, changes: dict[str, SourceDelta], manifest: Manifest | None) -> Known:
         """What choosing a technique asks Spark and the files (`decision.choose` decides with it): the
@@ -273,9 +284,7 @@ class Chooser:
         if table.options.get(REFRESH_POLICY) == "full" or isinstance(rule, Recompute):
             return Known(rule, {})
         readings = {source: self.reading(source) for source in dict.fromkeys(rule.sources)}
-        keeping = keeping_of(rule, readings, self.snapshots.store.get)
-        if keeping is not None and table.partition_keys and keeping.source.lower() in self.snapshots.lineage(table).columns:
-            keeping = None      # partitioned like the source, the refresh rewrites the source's changed partitions
+        keeping = self._keeping(table, rule, readings)
         if keeping is not None and keeping.provenance.column == FILE:
             readings[keeping.source] = dataclasses.replace(readings[keeping.source], file_column=FILE)
         if keeping is not None and isinstance(rule, (Aggregate, DistinctCount)):
