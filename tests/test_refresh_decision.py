@@ -59,9 +59,10 @@ def _rows(frame) -> list:
     return sorted(tuple(sorted(row.asDict().items())) for row in frame.collect())
 
 
-def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_an_exists_read_as_its_keys(spark, gw):
+def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_subqueries_read_by_their_keys(spark, gw):
     """Where the sources' partitions make a table keep a LEFT JOIN's padded side's partials below the
-    join (TPC-H Q13's shape), or count the keys a NOT EXISTS tests (Q22's), the maintained plan EXPLAIN
+    join (TPC-H Q13's shape), count the keys a NOT EXISTS tests (Q22's) or keep a scalar subquery's value
+    per key (Q20's), the maintained plan EXPLAIN
     and DESCRIBE EXTENDED show says so, not the rule the query's text alone would get."""
     db = f"spark_catalog.{spark.catalog.currentDatabase()}"
     spark.sql("CREATE TABLE sales (product_id INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
@@ -71,7 +72,8 @@ def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_an_exists
     queries = {"per_count": "SELECT c, COUNT(*) AS ks FROM (SELECT id, COUNT(amount) AS c FROM dim LEFT JOIN sales "
                             "ON id = product_id AND amount > 1 GROUP BY id) AS x GROUP BY c",
                "unsold": "SELECT name, COUNT(*) AS n FROM dim d WHERE NOT EXISTS (SELECT 1 FROM sales s "
-                         "WHERE s.product_id = d.id) GROUP BY name"}
+                         "WHERE s.product_id = d.id) GROUP BY name",
+               "stocked": "SELECT name FROM dim WHERE id * 5 > (SELECT 0.5 * SUM(amount) FROM sales WHERE product_id = id)"}
     for name, query in queries.items():
         gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS {query}")
     padded = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE per_count REFRESH")[0].rows)["maintained plan"]
@@ -82,6 +84,11 @@ def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_an_exists
     assert keys[0] == f"scan {db}.sales: its appended files read (its change)"
     assert "the keys an EXISTS or NOT EXISTS tests, counted (the aggregate): the query above reads them through a " \
            "LEFT JOIN, a key without rows padded with NULL" in keys
+    valued = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE stocked REFRESH")[0].rows)["maintained plan"]
+    assert "the value a scalar subquery computes, per key of its correlation (the aggregate): the query above reads " \
+           "it through a LEFT JOIN, a key without rows padded with NULL as the subquery's value is" in valued
+    assert f"scan {db}.dim: read whole by the query above the aggregate, each refresh (a change of it needs nothing " \
+           "more)" in valued
 
 
 def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spark, gw):

@@ -103,7 +103,6 @@ HELD_LEFT = "on the right of a LEFT JOIN"
 HELD_FILTER = "in a subquery of WHERE"
 HELD_VALUE = "in a subquery of SELECT"
 IN_SUBQUERY = (HELD_FILTER, HELD_VALUE)
-HELD_ABOVE = "above an aggregate it reads as a subquery"
 # The joins the rules know, by Spark's words: inner ones, and those linear in one side (`held_still`).
 _JOINS = {"", "INNER", "CROSS", "LEFT", "LEFT OUTER", "LEFT SEMI", "LEFT ANTI", "SEMI", "ANTI", "RIGHT",
           "RIGHT OUTER", "FULL", "FULL OUTER"}

@@ -82,14 +82,16 @@ Within = Callable[[int, int, bool], "int | None"]
 
 def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceBytes],
              state_bytes: int | None, within: Within | None = None, checked: Collection[int] = (),
-             state_work: str = "", apart: Mapping[int, Collection[int]] | None = None) -> Estimate:
+             state_work: str = "", apart: Mapping[int, Collection[int]] | None = None,
+             above: Sequence[str] = ()) -> Estimate:
     """`branches`: per UNION ALL branch (one for a plain SELECT), the source each occurrence reads;
     `state_bytes`: the hidden state's size, None for a table that keeps none; `within`: what a read
     bounded by the appended rows' join keys scans (`key_bounds`); `checked`: the occurrences held still
     but moving each row one way (an EXISTS or IN, under NOT too, a LEFT JOIN's right side), whose
     appended rows are checked against their old ones (`linear.term_trees`); `state_work`: what reading
     and writing `state_bytes` is for, if not merging a state (a linear table's rows taken away); `apart`:
-    per occurrence, those an append to it reads none of (the other sides of a UNION ALL it is read under)."""
+    per occurrence, those an append to it reads none of (the other sides of a UNION ALL it is read under);
+    `above`: the sources the query above an aggregate reads (`nested`), read whole by either technique."""
     parts = _Parts()
     incremental = full = start = 0
     for occurrences in branches:
@@ -110,6 +112,9 @@ def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceByte
                 incremental += parts.add(f"checking the rows {source}'s change lets pass or stops against its old rows",
                                          sources[source].old)
         start += len(occurrences)
+    for source in above:
+        full += sources[source].new
+        incremental += parts.add(f"reading {source} whole for the query above the aggregate", sources[source].new)
     if state_bytes is not None:
         incremental += parts.add(state_work or _MERGING, STATE_PASSES * state_bytes)
         full += state_bytes

@@ -3,7 +3,8 @@ filter, a window or a top-N over one, the aggregate read twice and joined with a
 Q15 joins `supplier` with the groups equal to the MAX over the same CTE). The aggregate is maintained
 as any (its state merged with the change, a rewritten partition's partials retracted), and the query
 above it is computed again over its groups and the other tables — a pass over the state and those
-tables, not over the aggregate's sources. The other tables hold still: a change of one recomputes."""
+tables, not over the aggregate's sources. The other tables are read whole each time, so a change of
+one needs nothing more (`rules.above_only`)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ from mt_magic.incremental.occurrences import identifier, own, sql, tables
 
 
 def nested(tree: exp.Expression) -> Aggregate | None:
-    """The rule of a query above one aggregate in a subquery; None where no subquery in FROM aggregates
-    (but those of its subquery expressions: an IN's, an EXISTS's, which read their own tables)."""
-    found = [s for s in own(tree, exp.Subquery) if isinstance(s.parent, (exp.From, exp.Join)) and _aggregates(s.this)]
+    """The rule of a query above one aggregate in a subquery; None where no subquery in FROM or JOIN
+    aggregates — its own or one of its subquery expressions' (an IN's list may join the values of a
+    scalar subquery per key: `keyed_subqueries`)."""
+    found = [s for s in tree.find_all(exp.Subquery) if isinstance(s.parent, (exp.From, exp.Join))
+             and _aggregates(s.this)]
     outermost = [s for s in found if not any(o is not s and _inside(s, o) for o in found)]
     if not outermost:
         return None

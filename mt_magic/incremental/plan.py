@@ -8,10 +8,10 @@ from sqlglot import exp
 
 from mt_magic.incremental.aggregate import Aggregate
 from mt_magic.incremental.below_join import Below
-from mt_magic.incremental.checks import (HELD_ABOVE, HELD_FILTER, HELD_VALUE, Appended, Monotone, held_still, join_words,
+from mt_magic.incremental.checks import (HELD_FILTER, HELD_VALUE, Appended, Monotone, held_still, join_words,
                                          monotone)
 from mt_magic.incremental.distinct import DistinctCount
-from mt_magic.incremental.exists_keys import KEYS
+from mt_magic.incremental.keyed_subqueries import KEYS, VALUES
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import identifier, sql, subquery_expression, tables
 from mt_magic.incremental.rules import (Recompute, Rule, appendable_held, held_sources, monotone_occurrences,
@@ -65,8 +65,12 @@ def _aggregated(rule: Aggregate) -> list[str]:
     if rule.above and KEYS in rule.above:
         lines.append("the keys an EXISTS or NOT EXISTS tests, counted (the aggregate): the query above reads them "
                      "through a LEFT JOIN, a key without rows padded with NULL")
+    if rule.above and VALUES in rule.above:
+        lines.append("the value a scalar subquery computes, per key of its correlation (the aggregate): the query "
+                     "above reads it through a LEFT JOIN, a key without rows padded with NULL as the subquery's value is")
     if rule.above:
-        lines.extend(f"scan {source}: read {HELD_ABOVE}, held still (a change recomputes)"
+        lines.extend(f"scan {source}: read whole by the query above the aggregate, each refresh (a change of it "
+                     "needs nothing more)"
                      for source in rule.sources[len(rule.sources) - rule.beside:])
         lines.append("the query above the aggregate (it reads the aggregate's result): computed again over "
                      "the groups the state holds" + (" and the tables beside it" if rule.beside else ""))

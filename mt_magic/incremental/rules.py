@@ -29,7 +29,7 @@ from sqlglot import exp
 from mt_magic.incremental.aggregate import Aggregate, aggregate
 from mt_magic.incremental.as_aggregate import grouped
 from mt_magic.incremental.distinct import DistinctCount
-from mt_magic.incremental.checks import (HELD_ABOVE, LINEAR_ARGS, Appended, NotMaintainable, check_select, held_still,
+from mt_magic.incremental.checks import (LINEAR_ARGS, Appended, NotMaintainable, check_select, held_still,
                                          monotone)
 from mt_magic.incremental.linear import Linear, linear_union, unread
 from mt_magic.incremental.nested import nested
@@ -60,14 +60,20 @@ def read_trees(rule: Linear | Aggregate | DistinctCount | TopN) -> list[tuple[ex
 
 
 def held_sources(rule: Rule) -> dict[str, str]:
-    """The sources read on the right of a LEFT JOIN, in a subquery of WHERE (`held_still`) or above an
-    aggregate read as a subquery (`nested`), and where: a change of one recomputes."""
+    """The sources read on the right of a LEFT JOIN or in a subquery of WHERE (`held_still`), and where:
+    a change of one recomputes."""
     if isinstance(rule, Recompute):
         return {}
-    held = {rule.sources[start + i]: where for tree, start in read_trees(rule) for i, where in held_still(tree).items()}
-    if isinstance(rule, Aggregate) and rule.beside:
-        held.update(dict.fromkeys(rule.sources[-rule.beside:], HELD_ABOVE))
-    return held
+    return {rule.sources[start + i]: where for tree, start in read_trees(rule) for i, where in held_still(tree).items()}
+
+
+def above_only(rule: Rule) -> frozenset[str]:
+    """The sources only the query above an aggregate read as a subquery reads (`nested`): read whole by
+    each refresh, which computes that query again, so any change of theirs needs nothing more."""
+    if not isinstance(rule, Aggregate) or not rule.beside:
+        return frozenset()
+    first = len(rule.sources) - rule.beside
+    return frozenset(rule.sources[first:]) - set(rule.sources[:first])
 
 
 def monotone_occurrences(rule: Rule) -> dict[int, Appended]:
@@ -110,8 +116,6 @@ def appendable_held(rule: Rule) -> set[str]:
     moving = {i for i, how in monotone_occurrences(rule).items() if how is Appended.PASSES or takes_away(rule)}
     stopping = {rule.sources[start + i] for tree, start in read_trees(rule) for i in held_still(tree)
                 if start + i not in moving}
-    if isinstance(rule, Aggregate) and rule.beside:
-        stopping.update(rule.sources[-rule.beside:])
     return set(held_sources(rule)) - stopping
 
 

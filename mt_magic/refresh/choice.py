@@ -23,7 +23,7 @@ from mt_magic.config import REFRESH_POLICY
 from mt_magic.errors import MaterializedTableError
 from mt_magic.incremental.below_join import below, qualified, unnamed_padding
 from mt_magic.incremental.distinct_pairs import retractable
-from mt_magic.incremental.exists_keys import exists_sources, keyed
+from mt_magic.incremental.keyed_subqueries import keyed_sources, keyed
 from mt_magic.incremental.cost import Estimate, SourceBytes, Within, estimate, estimate_below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.plan import maintained_plan
@@ -133,13 +133,12 @@ class Chooser:
         return rule if isinstance(rule, Recompute) else self._judged(table, rule)
 
     def _counted(self, rule: Rule, query: str) -> set[str]:
-        """The sources an EXISTS reads whose keys are counted (`exists_keys`): partitioned ones, where
-        the query reads no other partitioned source (what changes is the source tested against)."""
-        tested = exists_sources(query) & set(rule.sources) if not isinstance(rule, Recompute) else set()
-        if not tested:
-            return set()
-        partitioned = {source for source in rule.sources if self._partitioned(source)}
-        return tested & partitioned if partitioned <= tested else set()
+        """The sources EXISTS tests and scalar subqueries read by their keys (`keyed_subqueries`): partitioned
+        ones (what changes is what the subquery reads), where the query reads no other partitioned source
+        or aggregates (its data is written whole either way; the rows around read whole, TPC-H Q4's orders)."""
+        tested = keyed_sources(query) & set(rule.sources) if not isinstance(rule, Recompute) else set()
+        partitioned = {source for source in rule.sources if self._partitioned(source)} if tested else set()
+        return tested & partitioned if partitioned <= tested or isinstance(rule, Aggregate) else set()
 
     def _partitioned(self, source: str) -> bool:
         upstream = self.snapshots.store.get(source)
@@ -305,7 +304,8 @@ class Chooser:
                   manifest: Manifest, within: Within | None) -> Estimate:
         """The cost rule, over the bytes the listings and the state's files hold (a state in the
         data's files: its columns' share of them, the rest being written by either technique)."""
-        branches = rule.occurrences if isinstance(rule, Linear) else (rule.occurrences,)
+        above = rule.sources[len(rule.sources) - rule.beside:] if isinstance(rule, Aggregate) else ()
+        branches = rule.occurrences if isinstance(rule, Linear) else (rule.occurrences[:len(rule.occurrences) - len(above)],)
         sources = {s: SourceBytes(d.total_bytes - d.added_bytes, d.added_bytes) for s, d in changes.items()}
         state = sum(size for path in manifest.state_paths(table.storage) for size, _ in
                     self.files.listing(path).values()) if isinstance(rule, STATEFUL) else None
@@ -324,7 +324,7 @@ class Chooser:
             return estimate_below(kept.source, sources, partials, state or 0, layout.padded)
         return estimate(branches, sources, state, within, set(monotone_occurrences(rule)),
                         "writing the table's rows again without those taken away" if taking else "",
-                        apart_occurrences(rule))
+                        apart_occurrences(rule), above)
 
 
 def table_reading(table: MaterializedTable) -> Reading:

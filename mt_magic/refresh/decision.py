@@ -17,8 +17,8 @@ from mt_magic.config import REFRESH_POLICY
 from mt_magic.incremental.below_join import Below, below
 from mt_magic.incremental.cost import Estimate
 from mt_magic.incremental.provenance import OTHER_BRANCHES, keepable, subtracts
-from mt_magic.incremental.rules import (Aggregate, Linear, Recompute, Rule, TopN, appendable_held, held_sources,
-                                        takes_rows_away)
+from mt_magic.incremental.rules import (Aggregate, Linear, Recompute, Rule, TopN, above_only, appendable_held,
+                                        held_sources, takes_rows_away)
 from mt_magic.refresh.changes import (Change, Relative, Snapshot, SourceChange, SourceDelta, compare, deltas,
                                       volatile)
 from mt_magic.refresh.choice import STATEFUL, Choice, Known, Reading
@@ -140,7 +140,7 @@ def retracting(situation: Situation, source: str) -> Retraction | str:
         return rewritten
     if keeping.paired_source and source in (keeping.source, keeping.paired_source):
         return _pair(situation, keeping)
-    others = [d.change for s, d in changes.items() if s != source]
+    others = [d.change for s, d in changes.items() if s != source and s not in above_only(situation.known.rule)]
     if keeping.source != source and _rejoins(situation):
         if any(change not in (SourceChange.UNCHANGED, SourceChange.APPENDED) for change in others):
             return f"{rewritten} and another source changed"
@@ -261,8 +261,8 @@ def choose(situation: Situation, rebuild: bool = False) -> Choice:
         return Choice(rule, False, "the first refresh" if not table.source_snapshot else
                       "no manifest of the files the published data read", readings)
     retraction = None
-    for source in readings:
-        if changes[source].change is SourceChange.REWRITTEN:
+    for source in readings:     # (what only the query above an aggregate reads is read whole: `above_only`)
+        if changes[source].change is SourceChange.REWRITTEN and source not in above_only(rule):
             retraction = retracting(situation, source)
             if isinstance(retraction, str):
                 return Choice(rule, False, retraction, readings)

@@ -25,7 +25,7 @@ from mt_magic.catalog.model import MaterializedTable, Storage, Target
 from mt_magic.incremental import merging
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.provenance import OTHER_BRANCHES, Branches, tagged_change, tagged_rows
-from mt_magic.incremental.rules import Aggregate, Linear, TopN, takes_rows_away
+from mt_magic.incremental.rules import Aggregate, Linear, TopN, above_only, takes_rows_away
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.kept_partials import KeptPartials, Staged
@@ -83,8 +83,9 @@ class Maintainer:
         """The refresh from the change: `changes` has every source unchanged or appended — or the kept
         source's `retraction` partitions rewritten —, and for an aggregate `manifest` names the state
         the published data was computed with (and the partials kept by `keeping`, where they are)."""
-        appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED}
-        if not appended and retraction is None:        # the published data and its state stay what they are
+        appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED} - above_only(rule)
+        if not appended and retraction is None and all(changes[s].change is SourceChange.UNCHANGED
+                                                       for s in above_only(rule)):   # the data and state stay
             return _as_published(table, manifest, RefreshResult(table.storage, 0, 0.0, job_group(table)))
         with Relations(self.spark, table, "incremental") as relations:
             names = relations.naming(rule.sources, changes, readings, bounds=bounds or {})

@@ -88,6 +88,9 @@ class KeptPartials:
         """The state after the change: appended rows' partials added, or the rewritten partitions'
         partials before subtracted and their partials now added."""
         names, published = relations.names, manifest.kept
+        if not appended and retraction is None:     # only what the query above reads changed: it stays
+            return Staged(f"SELECT * FROM {old}", None, published.schema, keeping,
+                          _small(table, rule, keeping, relations), published)
         kept = below(rule, keeping.provenance.occurrence)
         if kept is not None:
             state_sql, stage, schema, dropped = self.below.change(table, rule, kept, keeping, manifest, old, appended,

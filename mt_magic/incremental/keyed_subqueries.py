@@ -1,0 +1,182 @@
+"""An EXISTS, NOT EXISTS or scalar subquery over a large source, read as a LEFT JOIN with that source
+aggregated by the keys that correlate it.
+
+`WHERE NOT EXISTS (SELECT * FROM orders WHERE o_custkey = c_custkey)` (TPC-H Q22's customers without
+orders) is `LEFT JOIN (SELECT o_custkey AS mt_k0, COUNT(*) AS mt_rows FROM orders GROUP BY o_custkey)
+AS mt_exists0 ON mt_exists0.mt_k0 = c_custkey WHERE mt_exists0.mt_rows IS NULL`: a key with rows exists,
+one without is NULL on the padded side, and a NULL key matches no row either way. A scalar subquery
+(`ps_availqty > (SELECT 0.5 * SUM(l_quantity) FROM lineitem WHERE l_partkey = ps_partkey AND …)`, Q20)
+is its value per key the same way (`… AS mt_value … GROUP BY l_partkey, l_suppkey) AS mt_scalar0`), where
+that value is NULL over no rows as the subquery's is: arithmetic over SUM, AVG, MIN and MAX alone (a
+COUNT is 0 there, a COALESCE anything). Each LEFT JOIN matches an outer row once at most, so any place
+in WHERE may read it. The grouped source is an aggregate read as a subquery (`nested`): kept per
+partition of its source, an append adds to it, a rewritten partition's partials are retracted (a key
+whose rows all left is gone), and the query around it is computed again over it and its own tables —
+which hold still. So the rewrite is asked for (`keyed`) only where the source in the subquery is what
+changes and the tables around it do not (a partitioned fact table tested against from unpartitioned
+ones); the other way round the outer rows' own change is maintained instead (`checks.monotone`)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+
+from sqlglot import exp
+
+from mt_magic.incremental.checks import conjuncts
+from mt_magic.incremental.occurrences import identifier, parse, sql, subquery_expression, tables
+
+KEYS = "mt_exists"      # the k-th counted keys' alias: mt_exists0, mt_exists1, ...
+VALUES = "mt_scalar"    # the k-th scalar subquery's values per key: mt_scalar0, ...
+KEY = "mt_k"            # their key columns: mt_k0, mt_k1, ...
+ROWS = "mt_rows"        # each key's rows
+VALUE = "mt_value"      # each key's value of a scalar subquery
+_PLAIN = ("joins", "group", "having", "limit", "qualify", "order", "distinct", "laterals", "with_", "windows")
+_NULL_OVER_NOTHING = (exp.Sum, exp.Avg, exp.Min, exp.Max)
+_PROPAGATING = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Paren, exp.Cast, exp.Literal)
+
+
+def keyed_sources(query: str) -> set[str]:
+    """The sources read only by EXISTS tests and scalar subqueries of one table each (what `keyed`
+    could read by their keys)."""
+    tree = parse(query)
+    tested = [t for node in tree.walk() if _keyable(node) for t in tables(node)]
+    elsewhere = {identifier(t) for t in tables(tree) if not any(t is u for u in tested)}
+    return {identifier(t) for t in tested} - elsewhere
+
+
+def keyed(query: str, counted: Collection[str]) -> str:
+    """`query` (its columns naming their tables) with each [NOT] EXISTS conjunct and each scalar
+    subquery of WHERE over one source of `counted`, correlated by equalities alone, read as that source
+    aggregated by its keys; as it is where none is."""
+    tree = parse(query)
+    names = [t.alias_or_name.lower() for t in tables(tree)]
+    found = 0
+    for select in list(tree.find_all(exp.Select)):
+        where = select.args.get("where")
+        if where is None or any(not (j.args.get("on") or j.args.get("using")) for j in select.args.get("joins") or []):
+            continue        # (a comma join: a JOIN after it sees only its last relation)
+        parts, before = [], found
+        for part in conjuncts(where.this):
+            rewritten = _counted_keys(part, counted, names, f"{KEYS}{found}")
+            if rewritten is not None:
+                join, part = rewritten
+                select.set("joins", [*(select.args.get("joins") or []), join])
+                found += 1
+            for subquery in list(_scalars(part)):
+                valued = _valued_keys(subquery, counted, names, f"{VALUES}{found}")
+                if valued is None:
+                    continue
+                join, value = valued
+                select.set("joins", [*(select.args.get("joins") or []), join])
+                part = value if subquery is part else part
+                subquery.replace(value)
+                found += 1
+            parts.append(part)
+        if found > before:      # (the SELECTs inside it left as they are, to be rewritten in turn)
+            where.set("this", exp.and_(*parts, copy=False))
+    return sql(tree) if found else query
+
+
+def _keyable(node: exp.Expression) -> bool:
+    if isinstance(node, exp.Exists):
+        return _alone(node.this)
+    return _scalar(node) and _valued(node.this)
+
+
+def _scalar(node: exp.Expression) -> bool:
+    """A subquery used as a value (not a relation, nor an IN, ANY or ALL's list)."""
+    return isinstance(node, exp.Subquery) and subquery_expression(node) and \
+        not isinstance(node.parent, (exp.In, exp.Any, exp.All, exp.Exists))
+
+
+def _scalars(part: exp.Expression) -> Iterator[exp.Subquery]:
+    """The scalar subqueries of a conjunct, not those inside them."""
+    return (n for n in part.walk(prune=lambda n: n is not part and subquery_expression(n)) if _scalar(n))
+
+
+def _alone(body: exp.Expression) -> bool:
+    """A SELECT of one table filtered, nothing else (no join, group, limit …)."""
+    source = body.args.get("from_") if isinstance(body, exp.Select) else None
+    return source is not None and isinstance(source.this, exp.Table) and not any(body.args.get(a) for a in _PLAIN)
+
+
+def _valued(body: exp.Expression) -> bool:
+    """A SELECT `_alone` of one value NULL over no rows: arithmetic over SUM, AVG, MIN or MAX calls."""
+    if not _alone(body) or len(body.expressions) != 1:
+        return False
+    value = body.expressions[0].unalias()
+    calls = [n for n in value.walk(prune=lambda n: isinstance(n, exp.AggFunc)) if isinstance(n, exp.AggFunc)]
+    outside = [n for n in value.walk(prune=lambda n: isinstance(n, exp.AggFunc)) if not isinstance(n, exp.AggFunc)
+               and not isinstance(n, _PROPAGATING + (exp.DataType,)) and n.find_ancestor(exp.DataType) is None]
+    return bool(calls) and not outside and all(isinstance(c, _NULL_OVER_NOTHING) and not c.find(exp.Distinct)
+                                               for c in calls)
+
+
+def _counted_keys(part: exp.Expression, counted: Collection[str], names: list[str],
+                  alias: str) -> tuple[exp.Join, exp.Expression] | None:
+    """The LEFT JOIN of the keys an [NOT] EXISTS conjunct tests and the test of its counted rows, or None
+    where it is not one over a counted source correlated by equalities alone."""
+    negated = isinstance(part, exp.Not)
+    node = part.this if negated else part
+    if isinstance(node, exp.Paren):
+        node = node.this
+    if not isinstance(node, exp.Exists) or not _alone(node.this):
+        return None
+    join = _grouped_join(node.this, exp.alias_(exp.Count(this=exp.Star()), ROWS), counted, names, alias)
+    if join is None:
+        return None
+    test = exp.Is(this=exp.column(ROWS, table=alias), expression=exp.Null())
+    return join, test if negated else exp.Not(this=test)
+
+
+def _valued_keys(subquery: exp.Subquery, counted: Collection[str], names: list[str],
+                 alias: str) -> tuple[exp.Join, exp.Expression] | None:
+    """The LEFT JOIN of a scalar subquery's values per key and the column reading its value, or None."""
+    if not _valued(subquery.this):
+        return None
+    join = _grouped_join(subquery.this, exp.alias_(subquery.this.expressions[0].unalias().copy(), VALUE),
+                         counted, names, alias)
+    return None if join is None else (join, exp.column(VALUE, table=alias))
+
+
+def _grouped_join(body: exp.Select, output: exp.Expression, counted: Collection[str], names: list[str],
+                  alias: str) -> exp.Join | None:
+    """`body`'s table grouped by the columns its WHERE equates with the outer query's, `output` per key,
+    LEFT JOINed on those equalities; None where its table is not counted or more than equalities
+    correlate it."""
+    table = body.args["from_"].this
+    inner = table.alias_or_name.lower()
+    if identifier(table) not in counted or names.count(inner) > 1:
+        return None         # (a name the query around it uses too: its columns cannot be told apart)
+    where = body.args.get("where")
+    if where is None or any(not c.table for c in body.find_all(exp.Column)):
+        return None
+    keys, local = [], []
+    for conjunct in conjuncts(where.this):
+        if conjunct.find(exp.Select) is not None:
+            return None
+        if all(_inner(c, inner) for c in conjunct.find_all(exp.Column)):
+            local.append(conjunct.copy())
+            continue
+        if not isinstance(conjunct, exp.EQ):
+            return None
+        sides = [conjunct.this, conjunct.expression]
+        own = [s for s in sides if list(s.find_all(exp.Column)) and all(_inner(c, inner) for c in s.find_all(exp.Column))]
+        if len(own) != 1 or any(_inner(c, inner) for s in sides if s is not own[0] for c in s.find_all(exp.Column)):
+            return None
+        keys.append((own[0], next(s for s in sides if s is not own[0])))
+    if not keys or any(not _inner(c, inner) for e in body.expressions for c in e.find_all(exp.Column)):
+        return None
+    grouped = exp.select(*(exp.alias_(k.copy(), f"{KEY}{i}") for i, (k, _) in enumerate(keys)), output) \
+        .from_(table.copy())
+    if local:
+        grouped = grouped.where(exp.and_(*local))
+    grouped = grouped.group_by(*(k.copy() for k, _ in keys))
+    on = exp.and_(*(exp.EQ(this=exp.column(f"{KEY}{i}", table=alias), expression=outer.copy())
+                    for i, (_, outer) in enumerate(keys)))
+    return exp.Join(this=exp.Subquery(this=grouped, alias=exp.TableAlias(this=exp.to_identifier(alias))),
+                    side="LEFT", on=on)
+
+
+def _inner(column: exp.Column, inner: str) -> bool:
+    return column.table.lower() == inner
