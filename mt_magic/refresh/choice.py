@@ -100,7 +100,6 @@ class Known:
     bounds: Bounds = field(default_factory=dict)    # the appended rows' join keys, bounding the others' reads
 
 
-
 class Chooser:
     """The rules of this process's tables, judged by Spark once per definition, and each refresh's
     technique."""
@@ -141,6 +140,7 @@ class Chooser:
         return tested & partitioned if partitioned <= tested or isinstance(rule, Aggregate) else set()
 
     def _partitioned(self, source: str) -> bool:
+        """Whether a source is partitioned: a materialized table's keys, else what Spark's catalog says."""
         upstream = self.snapshots.store.get(source)
         if upstream is not None:
             return bool(upstream.partition_keys)
