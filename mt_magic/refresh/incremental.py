@@ -80,12 +80,12 @@ class Maintainer:
     def maintain(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
                  readings: dict[str, Reading], manifest: Manifest | None, keeping: Keeping | None = None,
                  retraction: Retraction | None = None, bounds: Bounds | None = None) -> Maintained:
-        """The refresh from the change: `changes` has every source unchanged or appended — or the kept
-        source's `retraction` partitions rewritten —, and for an aggregate `manifest` names the state
-        the published data was computed with (and the partials kept by `keeping`, where they are)."""
-        appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED} - above_only(rule)
-        if not appended and retraction is None and all(changes[s].change is SourceChange.UNCHANGED
-                                                       for s in above_only(rule)):   # the data and state stay
+        """The refresh from the change: `changes` has every source unchanged or appended (or the kept
+        source's `retraction` partitions rewritten, or a source `above_only` reads rewritten), and for an
+        aggregate `manifest` names the state the published data was computed with (and kept partials)."""
+        above = above_only(rule)        # (read as they are now by the query above: their change needs nothing)
+        appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED} - above
+        if not appended and retraction is None and all(changes[s].change is SourceChange.UNCHANGED for s in above):
             return _as_published(table, manifest, RefreshResult(table.storage, 0, 0.0, job_group(table)))
         with Relations(self.spark, table, "incremental") as relations:
             names = relations.naming(rule.sources, changes, readings, bounds=bounds or {})
