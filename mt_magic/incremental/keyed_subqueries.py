@@ -11,10 +11,11 @@ that value is NULL over no rows as the subquery's is: arithmetic over SUM, AVG, 
 COUNT is 0 there, a COALESCE anything). Each LEFT JOIN matches an outer row once at most, so any place
 in WHERE may read it. The grouped source is an aggregate read as a subquery (`nested`): kept per
 partition of its source, an append adds to it, a rewritten partition's partials are retracted (a key
-whose rows all left is gone), and the query around it is computed again over it and its own tables —
-which hold still. So the rewrite is asked for (`keyed`) only where the source in the subquery is what
-changes and the tables around it do not (a partitioned fact table tested against from unpartitioned
-ones); the other way round the outer rows' own change is maintained instead (`checks.monotone`)."""
+whose rows all left is gone), and the query around it is computed again over it and its own tables,
+read whole (their change needs nothing more: `rules.above_only`). So the rewrite is asked for (`keyed`)
+where the source in the subquery is partitioned — what changes — and the tables around it are not, or
+the query aggregates (`Chooser._counted`); a linear query over a changing outer table keeps the rule
+that maintains the outer rows' own change (`checks.monotone`)."""
 
 from __future__ import annotations
 
@@ -104,10 +105,10 @@ def _valued(body: exp.Expression) -> bool:
     """A SELECT `_alone` of one value NULL over no rows: arithmetic over SUM, AVG, MIN or MAX calls."""
     if not _alone(body) or len(body.expressions) != 1:
         return False
-    value = body.expressions[0].unalias()
-    calls = [n for n in value.walk(prune=lambda n: isinstance(n, exp.AggFunc)) if isinstance(n, exp.AggFunc)]
-    outside = [n for n in value.walk(prune=lambda n: isinstance(n, exp.AggFunc)) if not isinstance(n, exp.AggFunc)
-               and not isinstance(n, _PROPAGATING + (exp.DataType,)) and n.find_ancestor(exp.DataType) is None]
+    nodes = list(body.expressions[0].unalias().walk(prune=lambda n: isinstance(n, exp.AggFunc)))
+    calls = [n for n in nodes if isinstance(n, exp.AggFunc)]
+    outside = [n for n in nodes if not isinstance(n, (exp.AggFunc, exp.DataType, *_PROPAGATING))
+               and n.find_ancestor(exp.DataType) is None]
     return bool(calls) and not outside and all(isinstance(c, _NULL_OVER_NOTHING) and not c.find(exp.Distinct)
                                                for c in calls)
 
