@@ -457,18 +457,20 @@ def test_an_append_that_stops_rows_takes_them_from_a_linear_tables_files(spark, 
     JOIN's padded rows its match replaces) are taken from its files: the rows kept by the source partition
     they came from written again for the partitions they are of, an unkept table's whole — two equal rows
     stopped both go, a row appended and stopped by the same refresh never shows, a partition of the table
-    all of whose rows go is gone —, refreshed incrementally and equal to the query; a JSON table, whose
+    all of whose rows go is gone, rows of a NULL day or of a day whose folder name escapes its value go
+    from theirs —, refreshed incrementally and equal to the query; a JSON table, whose
     files may not hold a value exactly as computed, recomputes, and so does a rewrite."""
     spark.sql("CREATE TABLE facts (k INT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("CREATE TABLE flat (k INT, v DOUBLE) USING parquet")
     spark.sql("CREATE TABLE keyed (id INT, w DOUBLE) USING parquet")
     spark.sql("INSERT INTO facts VALUES (1, 1.0, 'a'), (2, 2.0, 'a'), (3, 3.0, 'b'), (NULL, 4.0, 'b'), (2, NULL, 'c'), "
-              "(1, 1.0, 'a')")
+              "(1, 1.0, 'a'), (6, 6.0, NULL), (4, 7.0, 'x/y=%'), (5, 8.0, NULL)")
     spark.sql("INSERT INTO flat VALUES (1, 1.0), (2, 2.0), (3, 3.0), (NULL, 4.0), (2, NULL), (1, 1.0), (5, 0.5)")
     spark.sql("INSERT INTO keyed VALUES (7, 9.0)")
     queries = {"open": "SELECT f.k, f.v * 2 AS twice, f.ds FROM facts f WHERE NOT EXISTS (SELECT 1 FROM keyed e "
                        "WHERE e.id = f.k) AND f.v NOT IN (SELECT w FROM keyed)",
                "padded": "SELECT f.v, e.w, f.k FROM flat f LEFT JOIN keyed e ON e.id = f.k",
+               "unpadded": "SELECT f.ds, f.v, e.w FROM facts f LEFT JOIN keyed e ON e.id = f.k",
                "unkeyed": "SELECT f.k, f.v FROM flat f LEFT ANTI JOIN keyed e ON e.id = f.k"}
     options = {"open": ("PARTITIONED BY (ds) ", ""), "padded": ("PARTITIONED BY (k) ", ""),
                "unkeyed": ("", "'format' = 'json', ")}

@@ -27,6 +27,7 @@ from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.same_rows import same_rows
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.frames import Fingerprint, files_frame, listed_by_driver, unsorted_partition_writes
+from mt_magic.spark.partition_folders import folder_value
 from mt_magic.storage.compaction import SMALL_FILE_BYTES, SMALL_FILES_KEPT, files_for
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.linked import version_relative
@@ -145,15 +146,16 @@ class RowsByPartition:
 
     def _tagged(self, table: MaterializedTable, paths: dict[str, str]) -> Any:
         """The rows of these files of the table, each with the partition its file holds (their names
-        are unique: `_flattened`)."""
+        are unique: `_flattened`) as the rows written carried it: the source's value, not its folder's
+        text (a NULL day's rows are NULL's, as the rows an append takes away are)."""
         reading = table_reading(table)
         listed = tuple(sorted(paths))
         with listed_by_driver(self.spark, listed):
             frame = files_frame(self.spark, reading.format, reading.schema, reading.options, listed,
                                 reading.partition_columns, FILE_NAME)
-        lookup = F.create_map(*[F.lit(value) for pair in sorted((path.rsplit("/", 1)[1], partition)
+        lookup = F.create_map(*[F.lit(value) for pair in sorted((path.rsplit("/", 1)[1], folder_value(partition))
                                                                 for path, partition in paths.items()) for value in pair])
-        return frame.withColumn(PARTITION, F.element_at(lookup, F.col(FILE_NAME))).drop(FILE_NAME)
+        return frame.withColumn(PARTITION, F.element_at(lookup, F.col(FILE_NAME)).cast("string")).drop(FILE_NAME)
 
 
 def _by_folder(files: Files, keep: Callable[[str], bool] = lambda name: True) -> dict[tuple[str, str], tuple[str, ...]]:

@@ -18,6 +18,7 @@ from mt_magic.refresh.full import shaped
 from mt_magic.refresh.provenance_state import Keeping
 from mt_magic.refresh.relations import Relations
 from mt_magic.spark.errors import spark_call
+from mt_magic.spark.partition_folders import folder_text
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.storage.versions import TableStorage
 
@@ -40,7 +41,7 @@ def without(table: MaterializedTable, published: str | None, added: str | None, 
 def staged(storage: TableStorage, table: MaterializedTable, taken: str, keeping: Keeping,
            relations: Relations) -> tuple[str, set[str]]:
     """The `taken` query's rows (tagged with their source partition) written to a stage the run removes
-    as it ends: a query of them, and the partitions they are of."""
+    as it ends: a query of them, and the partitions they are of (their folders' text, as kept)."""
     stage = storage.new_version(table)
     relations.on_exit(lambda: storage.remove(stage))
     doing = f"Refreshing {table.identifier}"
@@ -52,4 +53,4 @@ def staged(storage: TableStorage, table: MaterializedTable, taken: str, keeping:
         return f"SELECT * FROM {relations.add('taken', relations.spark.createDataFrame([], schema))}", set()
     rows = relations.add("taken", relations.files(STAGE_FORMAT, schema, files))
     with relations.query(f"SELECT DISTINCT {PARTITION} FROM {rows}") as frame:
-        return f"SELECT * FROM {rows}", {row[0] for row in spark_call(frame.collect, doing)}
+        return f"SELECT * FROM {rows}", {folder_text(row[0]) for row in spark_call(frame.collect, doing)}

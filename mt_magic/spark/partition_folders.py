@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import uuid
+from urllib.parse import unquote
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +35,12 @@ def folder_text(value: str | None) -> str:
     if value is None or value == "":
         return DEFAULT_PARTITION
     return "".join(f"%{ord(c):02X}" if ord(c) in _ESCAPED else c for c in value)
+
+
+def folder_value(text: str) -> str | None:
+    """The value (as text) a `column=…` folder holds: `folder_text` read back (NULL for Spark's default
+    folder, as Spark reads a row's value from it)."""
+    return None if text == DEFAULT_PARTITION else unquote(text)
 
 
 def splittable(schema: T.StructType, folder: str) -> bool:
