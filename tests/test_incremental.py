@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 from mt_magic.incremental.keyed_subqueries import keyed_sources, keyed
+from mt_magic.incremental.below_join import qualified
 from mt_magic.incremental.linear import term_trees
 from mt_magic.incremental.rules import (Aggregate, DistinctCount, Linear, Recompute, TopN, above_only,
                                         appendable_held, held_sources, maintenance)
@@ -111,6 +112,14 @@ SHAPES = {   # name → (query, the plain sources it reads)
     # A scalar aggregate over `sales` per key, read in an IN's list (TPC-H Q20): its values per key and day.
     "valued": ("SELECT d.id, d.name FROM dim d WHERE d.id IN (SELECT e.id FROM dim e WHERE e.id * 3 > (SELECT "
                "0.5 * SUM(amount) - MIN(amount) FROM sales WHERE product_id = e.id AND ds IS NOT NULL))", {"sales", "dim"}),
+    # `sales` read inside and outside: an IN over the keys a subquery groups, with HAVING (TPC-H Q18), and a
+    # scalar subquery over the table read around it under the same name (Q17): the grouped keys, the values
+    # per key, kept per day; the query around reads `sales` whole again.
+    "listed": ("SELECT d.name, s.product_id, SUM(s.amount) AS total, COUNT(*) AS n FROM dim d, sales s WHERE "
+               "s.product_id IN (SELECT product_id FROM sales GROUP BY product_id HAVING SUM(amount) > 3) AND "
+               "d.id = s.product_id GROUP BY d.name, s.product_id", {"sales", "dim"}),
+    "selfvalued": ("SELECT SUM(amount) AS total, COUNT(*) AS n FROM sales, dim WHERE id = product_id AND amount < "
+                   "(SELECT 0.8 * AVG(amount) FROM sales WHERE product_id = id)", {"sales", "dim"}),
     "dimleft": ("SELECT d.id, d.name, s.amount FROM dim d LEFT JOIN sales s ON s.product_id = d.id AND s.amount > 1",
                 {"sales", "dim"}),
     "fulllin": ("SELECT d.name, s.ds, s.amount FROM dim d FULL OUTER JOIN sales s ON s.product_id = d.id "
@@ -146,7 +155,8 @@ RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestag
               "uni": {"sales", "dim"}, "semi": {"sales"}, "anti": {"sales"}, "rightj": {"sales"},
               "semij": {"sales"}, "nested": {"sales"}, "antiagg": {"sales"}, "rightsum": {"sales"},
               "antilin": {"sales"}, "constant": {"sales"}, "padded": {"sales"},
-              "nokeys": {"sales"}, "haskeys": {"sales"}, "valued": {"sales"}}
+              "nokeys": {"sales"}, "haskeys": {"sales"}, "valued": {"sales"}, "listed": {"sales"},
+              "selfvalued": {"sales"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
 # rewrite of the dimension is joined with them again — while `sales` was appended to as well. `padded`
 # (TPC-H Q13's shape) keeps them below a LEFT JOIN that pads `dim`'s rows: a change of either joins them again.
@@ -165,7 +175,8 @@ HELD = {"anti": ("dim", "in a subquery of WHERE"),
         "rightj": ("dim", "on the right of a LEFT ANTI JOIN"), "semij": ("dim", "on the right of a LEFT SEMI JOIN")}
 # Read only by the query above an aggregate read as a subquery, computed again by each refresh: any change
 # of `dim` is read with it (an append, a rewrite — beside a retraction of `sales`'s days too).
-ABOVE = {"nested": {"dim"}, "nokeys": {"dim"}, "haskeys": {"dim"}, "valued": {"dim"}}
+ABOVE = {"nested": {"dim"}, "nokeys": {"dim"}, "haskeys": {"dim"}, "valued": {"dim"}, "listed": {"dim"},
+         "selfvalued": {"dim"}}
 CI = bool(os.environ.get("CI"))
 rounds = itertools.count()       # one fire time per refresh round, later each time
 
@@ -224,21 +235,49 @@ def test_a_partitions_files_that_stay_stay_named_when_some_of_its_others_are_rew
 
 
 def test_an_exists_is_read_as_its_keys_counted_only_where_equalities_alone_correlate_it():
-    """`keyed` reads an [NOT] EXISTS over a counted table as a LEFT JOIN with its keys counted; any other
-    test — correlated by more than equalities, over a table whose name the query uses outside too, in a
-    SELECT with a comma join, over a table not counted — stays as written."""
+    """`keyed` reads an [NOT] EXISTS over a counted table as a LEFT JOIN with its keys counted (after a
+    comma join too, written back as the CROSS JOIN it is); any other test — correlated by more than
+    equalities, over a table whose name the query uses outside too, over a table not counted — stays
+    as written, and a table an EXISTS tests that the query reads elsewhere too is not one to count."""
     counted = {"c.d.f"}
     query = "SELECT d.k, COUNT(*) AS n FROM c.d.dim d WHERE d.v > 1 AND NOT EXISTS (SELECT 1 FROM c.d.f f " \
             "WHERE f.k = d.k + 1 AND f.x IS NOT NULL AND f.ds = d.ds) GROUP BY d.k"
     rewritten = keyed(query, counted)
-    assert "LEFT JOIN (SELECT f.k AS mt_k0, f.ds AS mt_k1, COUNT(*) AS mt_rows FROM c.d.f AS f WHERE NOT f.x IS NULL " \
-           "GROUP BY f.k, f.ds) AS mt_exists0 ON mt_exists0.mt_k0 = d.k + 1 AND mt_exists0.mt_k1 = d.ds" in rewritten
-    assert "WHERE d.v > 1 AND mt_exists0.mt_rows IS NULL" in rewritten
+    joined = "LEFT JOIN (SELECT f.k AS mt_k0, f.ds AS mt_k1, COUNT(*) AS mt_rows FROM c.d.f AS f WHERE NOT f.x IS NULL " \
+             "GROUP BY f.k, f.ds) AS mt_exists0 ON mt_exists0.mt_k0 = d.k + 1 AND mt_exists0.mt_k1 = d.ds"
+    assert joined in rewritten and "WHERE d.v > 1 AND mt_exists0.mt_rows IS NULL" in rewritten
     assert type(maintenance(rewritten)) is Aggregate and maintenance(rewritten).above is not None
+    assert f"FROM c.d.dim AS d CROSS JOIN c.d.g {joined}" in keyed(query.replace("c.d.dim d", "c.d.dim d, c.d.g"), counted)
     for unchanged in [query.replace("f.ds = d.ds", "f.ds < d.ds"), query.replace("c.d.dim d", "c.d.dim AS f"),
-                      query.replace("c.d.dim d", "c.d.dim d, c.d.g"), query.replace("c.d.f f", "c.d.e f")]:
+                      query.replace("c.d.f f", "c.d.e f")]:
         assert keyed(unchanged, counted) == unchanged
     assert keyed_sources(query) == {"c.d.f"} and keyed_sources(query.replace("c.d.dim d", "c.d.f d")) == set()
+
+
+def test_an_in_over_the_keys_a_subquery_groups_is_read_as_a_left_join_with_them():
+    """`keyed` reads `x IN (SELECT k … GROUP BY k [HAVING …])` over a counted table as a LEFT JOIN with
+    those keys (each once) and a test that x found one; a list of a column it does not group by alone,
+    or correlated, stays as written. The table may be read outside too (TPC-H Q18's `lineitem`): its
+    name inside is told apart by `qualified`, as is Q17's in a scalar subquery."""
+    query = "SELECT o.k, SUM(l.x) AS s FROM c.d.o o JOIN c.d.l l ON o.k = l.k WHERE o.v > 1 AND o.k IN " \
+            "(SELECT f.k FROM c.d.l f WHERE f.x > 0 GROUP BY f.k HAVING SUM(f.x) > 3) GROUP BY o.k"
+    rewritten = keyed(query, {"c.d.l"})
+    assert "LEFT JOIN (SELECT f.k AS mt_k0 FROM c.d.l AS f WHERE f.x > 0 GROUP BY f.k HAVING SUM(f.x) > 3) AS mt_in0 " \
+           "ON mt_in0.mt_k0 = o.k WHERE o.v > 1 AND NOT mt_in0.mt_k0 IS NULL" in rewritten
+    rule = maintenance(rewritten)
+    assert type(rule) is Aggregate and rule.aggregated == ("c.d.l",) and rule.sources[1:] == ("c.d.o", "c.d.l")
+    for unchanged in [query.replace("GROUP BY f.k HAVING", "GROUP BY f.k, f.x HAVING"),
+                      query.replace("SELECT f.k FROM", "SELECT f.x FROM"), query.replace("f.x > 0", "f.x > o.v")]:
+        assert keyed(unchanged, {"c.d.l"}) == unchanged
+    assert keyed_sources(query) == {"c.d.l"}
+    columns = {"c.d.l": ["k", "x", "ds"], "c.d.p": ["pk", "brand"]}
+    q17 = "SELECT SUM(x) AS s FROM c.d.l, c.d.p WHERE pk = k AND x < (SELECT 0.2 * AVG(x) FROM c.d.l WHERE k = pk)"
+    named = qualified(q17, columns)
+    assert "(SELECT 0.2 * AVG(mt_l_0.x) AS _col_0 FROM c.d.l AS mt_l_0 WHERE mt_l_0.k = p.pk)" in named
+    assert "LEFT JOIN (SELECT mt_l_0.k AS mt_k0, 0.2 * AVG(mt_l_0.x) AS mt_value FROM c.d.l AS mt_l_0 GROUP BY " \
+           "mt_l_0.k) AS mt_scalar0 ON mt_scalar0.mt_k0 = p.pk" in keyed(named, {"c.d.l"})
+    # a column inside naming the table by the name it has outside too: Spark finds it inside, left so
+    assert "FROM c.d.l WHERE l.k = p.pk" in qualified(q17.replace("k = pk)", "l.k = pk)"), columns)
 
 
 def test_a_scalar_subquery_is_read_as_its_values_per_key_only_where_they_are_null_over_no_rows():
@@ -273,7 +312,8 @@ def test_the_rules_classify_the_shapes():
                      "ranked": TopN, "semi": Aggregate, "anti": Linear, "rightj": Linear, "semij": Aggregate,
                      "nested": Aggregate, "antiagg": Aggregate, "rightsum": Aggregate, "custdist": Aggregate,
                      "fullagg": Aggregate, "antilin": Linear, "dimleft": Linear, "fulllin": Linear, "padded": Aggregate,
-                     "nokeys": Aggregate, "haskeys": Linear, "valued": Linear,
+                     "nokeys": Aggregate, "haskeys": Linear, "valued": Linear, "listed": Aggregate,
+                     "selfvalued": Aggregate,
                      "unionsum": Aggregate, "unijoin": Linear, "aggunion": Aggregate,
                      "constant": Linear}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 1", "OFFSET"),

@@ -93,6 +93,11 @@ class Aggregate:
     def sources(self) -> tuple[str, ...]:
         return self.occurrences
 
+    @property
+    def aggregated(self) -> tuple[str, ...]:
+        """The occurrences the aggregate reads (not those only the query above it reads: `beside`)."""
+        return self.occurrences[:len(self.occurrences) - self.beside]
+
     @functools.cached_property
     def retractable(self) -> Aggregate:
         """The rule whose state can take rows away: a count of each group's rows (a group goes when it

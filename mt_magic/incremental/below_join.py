@@ -20,7 +20,7 @@ from sqlglot.schema import MappingSchema
 
 from mt_magic.incremental.aggregate import ONE, STATE_KEY, STATE_PARTIAL, Aggregate
 from mt_magic.incremental.checks import HELD_LEFT, IN_SUBQUERY, conjuncts, held_still, parse_expression, quoted
-from mt_magic.incremental.occurrences import DIALECT, replaced, sql, tables
+from mt_magic.incremental.occurrences import DIALECT, replaced, sql, subquery_expression, tables
 from mt_magic.incremental.provenance import PARTITION
 from mt_magic.incremental.rules import Rule
 
@@ -89,7 +89,8 @@ def unnamed_padding(rule: Rule) -> bool:
 
 def qualified(query: str, columns: Mapping[str, Sequence[str]]) -> str:
     """`query` with each column naming its table, by the columns of its sources (`columns`, by their
-    catalog.database.table names); as it is where they do not tell."""
+    catalog.database.table names); as it is where they do not tell. A table a subquery expression reads
+    under a name the query around it reads too is named apart first (`_named_apart`)."""
     tables: dict = {}
     for source, names in columns.items():
         parts = source.split(".", 2)
@@ -97,10 +98,29 @@ def qualified(query: str, columns: Mapping[str, Sequence[str]]) -> str:
             return query
         tables.setdefault(parts[0], {}).setdefault(parts[1], {})[parts[2]] = dict.fromkeys(names, "STRING")
     try:      # (the names suffice: the types are not read)
-        return sql(qualify_columns(parse_one(query, read=DIALECT), schema=MappingSchema(tables, dialect=DIALECT),
-                                   expand_stars=False))
+        return sql(qualify_columns(_named_apart(parse_one(query, read=DIALECT)),
+                                   schema=MappingSchema(tables, dialect=DIALECT), expand_stars=False))
     except SqlglotError:
         return query
+
+
+def _named_apart(tree: exp.Expression) -> exp.Expression:
+    """Each table a subquery expression reads in its own FROM under a name the query around it reads
+    too, and that no column in it names, given a name of its own (`mt_<name>_<n>`): its columns are then
+    named by it, as Spark finds them (the innermost table holding the column) — TPC-H Q17's `lineitem`
+    inside and out."""
+    renamed = 0
+    for node in [n for n in tree.find_all(exp.Subquery) if subquery_expression(n) and isinstance(n.this, exp.Select)]:
+        inside = tables(node)
+        around = {t.alias_or_name.lower() for t in tables(tree) if not any(t is u for u in inside)}
+        named = {c.table.lower() for c in node.find_all(exp.Column)}
+        relations = [node.this.args.get("from_"), *(node.this.args.get("joins") or [])]
+        for table in [r.this for r in relations if r is not None and isinstance(r.this, exp.Table)]:
+            name = table.alias_or_name.lower()
+            if name in around and name not in named:
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(f"mt_{name}_{renamed}")))
+                renamed += 1
+    return tree
 
 
 def kept_columns(rule: Aggregate, occurrence: int) -> list[str]:

@@ -1,5 +1,5 @@
-"""An EXISTS, NOT EXISTS or scalar subquery over a large source, read as a LEFT JOIN with that source
-aggregated by the keys that correlate it.
+"""An EXISTS, NOT EXISTS, IN or scalar subquery over a large source, read as a LEFT JOIN with that source
+aggregated by the keys that correlate it (or that it lists).
 
 `WHERE NOT EXISTS (SELECT * FROM orders WHERE o_custkey = c_custkey)` (TPC-H Q22's customers without
 orders) is `LEFT JOIN (SELECT o_custkey AS mt_k0, COUNT(*) AS mt_rows FROM orders GROUP BY o_custkey)
@@ -8,7 +8,9 @@ one without is NULL on the padded side, and a NULL key matches no row either way
 (`ps_availqty > (SELECT 0.5 * SUM(l_quantity) FROM lineitem WHERE l_partkey = ps_partkey AND …)`, Q20)
 is its value per key the same way (`… AS mt_value … GROUP BY l_partkey, l_suppkey) AS mt_scalar0`), where
 that value is NULL over no rows as the subquery's is: arithmetic over SUM, AVG, MIN and MAX alone (a
-COUNT is 0 there, a COALESCE anything). Each LEFT JOIN matches an outer row once at most, so any place
+COUNT is 0 there, a COALESCE anything). An IN over the one column a subquery groups by (`o_orderkey IN
+(SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)`, Q18) lists each
+key once: `… AS mt_in0 ON mt_in0.mt_k0 = o_orderkey WHERE mt_in0.mt_k0 IS NOT NULL`. Each LEFT JOIN matches an outer row once at most, so any place
 in WHERE may read it. The grouped source is an aggregate read as a subquery (`nested`): kept per
 partition of its source, an append adds to it, a rewritten partition's partials are retracted (a key
 whose rows all left is gone), and the query around it is computed again over it and its own tables,
@@ -27,6 +29,7 @@ from mt_magic.incremental.checks import conjuncts
 from mt_magic.incremental.occurrences import identifier, parse, sql, subquery_expression, tables
 
 KEYS = "mt_exists"      # the k-th counted keys' alias: mt_exists0, mt_exists1, ...
+LISTED = "mt_in"        # the k-th IN list's grouped keys: mt_in0, ...
 VALUES = "mt_scalar"    # the k-th scalar subquery's values per key: mt_scalar0, ...
 KEY = "mt_k"            # their key columns: mt_k0, mt_k1, ...
 ROWS = "mt_rows"        # each key's rows
@@ -37,28 +40,33 @@ _PROPAGATING = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Paren, exp.Cast
 
 
 def keyed_sources(query: str) -> set[str]:
-    """The sources read only by EXISTS tests and scalar subqueries of one table each (what `keyed`
-    could read by their keys)."""
+    """The sources EXISTS tests, IN lists of grouped keys and scalar subqueries of one table each read
+    (what `keyed` could read by their keys) — but a table an EXISTS tests that the query reads elsewhere
+    too (the monotone rule maintains the rows it lets pass: `checks.monotone`)."""
     tree = parse(query)
-    tested = [t for node in tree.walk() if _keyable(node) for t in tables(node)]
+    keyable = [node for node in tree.walk() if _keyable(node)]
+    tested = [t for node in keyable for t in tables(node)]
     elsewhere = {identifier(t) for t in tables(tree) if not any(t is u for u in tested)}
-    return {identifier(t) for t in tested} - elsewhere
+    exists = {identifier(t) for node in keyable if isinstance(node, exp.Exists) for t in tables(node)}
+    return {identifier(t) for t in tested} - (elsewhere & exists)
 
 
 def keyed(query: str, counted: Collection[str]) -> str:
-    """`query` (its columns naming their tables) with each [NOT] EXISTS conjunct and each scalar
-    subquery of WHERE over one source of `counted`, correlated by equalities alone, read as that source
-    aggregated by its keys; as it is where none is."""
+    """`query` (its columns naming their tables) with each [NOT] EXISTS conjunct, each IN conjunct over
+    grouped keys and each scalar subquery of WHERE over one source of `counted`, correlated by
+    equalities alone, read as that source aggregated by its keys; as it is where none is. (A comma join
+    is written back as the CROSS JOIN it is: a JOIN after it sees every relation before.)"""
     tree = parse(query)
     names = [t.alias_or_name.lower() for t in tables(tree)]
     found = 0
     for select in list(tree.find_all(exp.Select)):
         where = select.args.get("where")
-        if where is None or any(not (j.args.get("on") or j.args.get("using")) for j in select.args.get("joins") or []):
-            continue        # (a comma join: a JOIN after it sees only its last relation)
+        if where is None:
+            continue
         parts, before = [], found
         for part in conjuncts(where.this):
-            rewritten = _counted_keys(part, counted, names, f"{KEYS}{found}")
+            rewritten = _counted_keys(part, counted, names, f"{KEYS}{found}") or \
+                _listed_keys(part, counted, names, f"{LISTED}{found}")
             if rewritten is not None:
                 join, part = rewritten
                 select.set("joins", [*(select.args.get("joins") or []), join])
@@ -81,6 +89,8 @@ def keyed(query: str, counted: Collection[str]) -> str:
 def _keyable(node: exp.Expression) -> bool:
     if isinstance(node, exp.Exists):
         return _alone(node.this)
+    if isinstance(node, exp.In):
+        return isinstance(node.args.get("query"), exp.Subquery) and _grouped(node.args["query"].this)
     return _scalar(node) and _valued(node.this)
 
 
@@ -99,6 +109,18 @@ def _alone(body: exp.Expression) -> bool:
     """A SELECT of one table filtered, nothing else (no join, group, limit …)."""
     source = body.args.get("from_") if isinstance(body, exp.Select) else None
     return source is not None and isinstance(source.this, exp.Table) and not any(body.args.get(a) for a in _PLAIN)
+
+
+def _grouped(body: exp.Expression) -> bool:
+    """A SELECT of one table filtered, of the one column it groups by (each value once), its groups
+    filtered by HAVING or not — nothing else."""
+    source = body.args.get("from_") if isinstance(body, exp.Select) else None
+    group = body.args.get("group") if source is not None else None
+    if group is None or not isinstance(source.this, exp.Table) or \
+            any(body.args.get(a) for a in _PLAIN if a not in ("group", "having")) or \
+            any(group.args.get(a) for a in ("grouping_sets", "cube", "rollup", "totals")):
+        return False
+    return len(group.expressions) == 1 and len(body.expressions) == 1 and body.expressions[0].unalias() == group.expressions[0]
 
 
 def _valued(body: exp.Expression) -> bool:
@@ -128,6 +150,28 @@ def _counted_keys(part: exp.Expression, counted: Collection[str], names: list[st
         return None
     test = exp.Is(this=exp.column(ROWS, table=alias), expression=exp.Null())
     return join, test if negated else exp.Not(this=test)
+
+
+def _listed_keys(part: exp.Expression, counted: Collection[str], names: list[str],
+                 alias: str) -> tuple[exp.Join, exp.Expression] | None:
+    """The LEFT JOIN of the grouped keys an IN conjunct lists (`_grouped`: each once, so an outer row
+    matches one at most) and the test that its value is among them (a NULL value matches none, as IN
+    is not TRUE then), or None where the list is not one over a counted source, or is correlated."""
+    body = part.args["query"].this if isinstance(part, exp.In) and isinstance(part.args.get("query"), exp.Subquery) \
+        else None
+    if body is None or not _grouped(body):
+        return None
+    table = body.args["from_"].this
+    inner = table.alias_or_name.lower()
+    if identifier(table) not in counted or names.count(inner) > 1 or \
+            any(not _inner(c, inner) for c in body.find_all(exp.Column)):
+        return None
+    grouped = body.copy()
+    grouped.set("expressions", [exp.alias_(body.expressions[0].unalias().copy(), f"{KEY}0")])
+    joined = exp.Subquery(this=grouped, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+    key = exp.column(f"{KEY}0", table=alias)
+    on = exp.EQ(this=key.copy(), expression=part.this.copy())
+    return exp.Join(this=joined, side="LEFT", on=on), exp.Not(this=exp.Is(this=key, expression=exp.Null()))
 
 
 def _valued_keys(subquery: exp.Subquery, counted: Collection[str], names: list[str],

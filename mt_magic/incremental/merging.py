@@ -16,7 +16,7 @@ def merged(rule: Aggregate, old_state: str, appended: set[str], names: Names, wi
     """The new state: the old one and the change's partials, merged by group (None: the appended sources
     are not read). `within`: a key column of the state; only the old groups that share a value of it
     with the change's come along (a partitioned table's other partitions stay as they are)."""
-    terms = term_trees(rule.select, rule.occurrences, 0, appended, names)
+    terms = term_trees(rule.select, rule.aggregated, 0, appended, names)
     if not terms:
         return None
     keys = rule.key_columns

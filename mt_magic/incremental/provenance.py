@@ -75,7 +75,7 @@ def appended_state(rule: Aggregate | TopN, provenance: Provenance, appended: set
             terms.append(f"SELECT {', '.join([*rule.state_columns, PARTITION])} FROM {merging}")
         return _within(rule, " UNION ALL ".join(terms))
     terms = [sql(_by_partition(rule, term.tree, provenance, rows=True, sign=term.sign))
-             for term in term_trees(rule.select, rule.occurrences, 0, appended, names)]
+             for term in term_trees(rule.select, rule.aggregated, 0, appended, names)]
     keys = provenance.columns + rule.key_columns
     if merging is not None:
         terms.append(f"SELECT {', '.join(keys)}, {', '.join(rule.partial_columns)} FROM {merging}")

@@ -72,8 +72,7 @@ def above_only(rule: Rule) -> frozenset[str]:
     each refresh, which computes that query again, so any change of theirs needs nothing more."""
     if not isinstance(rule, Aggregate) or not rule.beside:
         return frozenset()
-    first = len(rule.sources) - rule.beside
-    return frozenset(rule.sources[first:]) - set(rule.sources[:first])
+    return frozenset(rule.sources[len(rule.aggregated):]) - set(rule.aggregated)
 
 
 def monotone_occurrences(rule: Rule) -> dict[int, Appended]:

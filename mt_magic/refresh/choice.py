@@ -132,9 +132,10 @@ class Chooser:
         return rule if isinstance(rule, Recompute) else self._judged(table, rule)
 
     def _counted(self, rule: Rule, query: str) -> set[str]:
-        """The sources EXISTS tests and scalar subqueries read by their keys (`keyed_subqueries`): partitioned
-        ones (what changes is what the subquery reads), where the query reads no other partitioned source
-        or aggregates (its data is written whole either way; the rows around read whole, TPC-H Q4's orders)."""
+        """The sources EXISTS tests, IN lists and scalar subqueries read by their keys (`keyed_subqueries`):
+        partitioned ones (what changes is what the subquery reads), where the query reads no other
+        partitioned source or aggregates (its data is written whole either way; the rows around read
+        whole, TPC-H Q4's orders)."""
         tested = keyed_sources(query) & set(rule.sources) if not isinstance(rule, Recompute) else set()
         partitioned = {source for source in rule.sources if self._partitioned(source)} if tested else set()
         return tested & partitioned if partitioned <= tested or isinstance(rule, Aggregate) else set()
@@ -304,8 +305,8 @@ class Chooser:
                   manifest: Manifest, within: Within | None) -> Estimate:
         """The cost rule, over the bytes the listings and the state's files hold (a state in the
         data's files: its columns' share of them, the rest being written by either technique)."""
-        above = rule.sources[len(rule.sources) - rule.beside:] if isinstance(rule, Aggregate) else ()
-        branches = rule.occurrences if isinstance(rule, Linear) else (rule.occurrences[:len(rule.occurrences) - len(above)],)
+        above = rule.sources[len(rule.aggregated):] if isinstance(rule, Aggregate) else ()
+        branches = rule.occurrences if isinstance(rule, Linear) else (rule.sources[:len(rule.sources) - len(above)],)
         sources = {s: SourceBytes(d.total_bytes - d.added_bytes, d.added_bytes) for s, d in changes.items()}
         state = sum(size for path in manifest.state_paths(table.storage) for size, _ in
                     self.files.listing(path).values()) if isinstance(rule, STATEFUL) else None

@@ -32,21 +32,27 @@ def keeping_of(rule: Rule, readings: dict[str, Reading | str],
     names in every version they are carried into) keeps them by its file: a retracted file's rows."""
     if type(rule) not in (Aggregate, DistinctCount, TopN, Linear):
         return None
-    once = {source: not isinstance(readings.get(source, ""), str) and rule.sources.count(source) == 1
-            for source in rule.sources}
-    for index, source in enumerate(rule.sources):
+    read = _aggregated(rule)
+    once = {source: not isinstance(readings.get(source, ""), str) and read.count(source) == 1 for source in read}
+    for index, source in enumerate(read):
         provenance = _partitioned(rule, index, readings, materialized) if once[source] else None
         if provenance is not None:
             return Keeping(source, provenance)
     if not all(map(by_file, rule.branches if isinstance(rule, Linear) else
                    [rule.ranked if isinstance(rule, TopN) else rule.select])):
         return None
-    for index, source in enumerate(rule.sources):
+    for index, source in enumerate(read):
         reading = readings.get(source)
         if once[source] and materialized(source) is not None and not reading.partition_columns and \
                 FILE not in (name.lower() for name in reading.schema.fieldNames()) and keepable(rule, index):
             return Keeping(source, Provenance(index, FILE))
     return None
+
+
+def _aggregated(rule: Rule) -> tuple[str, ...]:
+    """The occurrences whose rows the rule keeps something of: an aggregate's own, not those the query
+    above it reads whole (`beside`)."""
+    return rule.aggregated if isinstance(rule, Aggregate) else rule.sources
 
 
 def _partitioned(rule: Rule, index: int, readings: dict[str, Reading | str],
@@ -75,9 +81,10 @@ def paired(keeping: Keeping, rule: Rule, readings: dict[str, Reading | str],
     partials are kept below the joins (another source's change joins them again)."""
     if type(rule) is not Aggregate or below(rule, keeping.provenance.occurrence) is not None:
         return keeping
-    for index, source in enumerate(rule.sources):
+    read = _aggregated(rule)
+    for index, source in enumerate(read):
         provenance = _partitioned(rule, index, readings, materialized) \
-            if source != keeping.source and rule.sources.count(source) == 1 else None
+            if source != keeping.source and read.count(source) == 1 else None
         if provenance is not None:
             return Keeping(keeping.source, dataclasses.replace(keeping.provenance, paired=provenance), source)
     return keeping
