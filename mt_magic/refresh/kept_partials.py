@@ -24,7 +24,8 @@ from mt_magic.config import SMALL_SOURCE_DEFAULT, SMALL_SOURCE_SIZE, parse_size
 from mt_magic.incremental.merging import retracted
 from mt_magic.incremental.provenance import (PARTITION, SIGN, appended_state, kept_state, merged_partitions,
                                              signed_state, subtracts)
-from mt_magic.incremental.rules import Aggregate, TopN
+from mt_magic.incremental.rules import Aggregate, TopN, above_only
+from mt_magic.refresh.changes import SourceChange
 from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.same_rows import same_rows
 from mt_magic.refresh.kept_below import KeptBelow
@@ -89,8 +90,7 @@ class KeptPartials:
         partials before subtracted and their partials now added."""
         names, published = relations.names, manifest.kept
         if not appended and retraction is None:     # only what the query above reads changed: it stays
-            return Staged(f"SELECT * FROM {old}", None, published.schema, keeping,
-                          _small(table, rule, keeping, relations), published)
+            return self.kept(table, rule, keeping, published, old, relations)
         kept = below(rule, keeping.provenance.occurrence)
         if kept is not None:
             state_sql, stage, schema, dropped = self.below.change(table, rule, kept, keeping, manifest, old, appended,
@@ -118,7 +118,10 @@ class KeptPartials:
                 if terms else (None, _schema(published.schema))
             if stage is not None and self.same(table, rule, relations, stage, schema.json(), published.schema,
                                                files_in(by_partition, rewritten, paired), keeping.provenance.columns):
-                return Staged(None, stage, schema.json(), keeping, previous)
+                if all(relations.changes[s].change is SourceChange.UNCHANGED for s in above_only(rule)):
+                    return Staged(None, stage, schema.json(), keeping, previous)
+                self.storage.remove(stage)      # (what the query above reads changed: computed again)
+                return self.kept(table, rule, keeping, published, old, relations)
             added = relations.add("kept_added", self.read(relations, stage, schema)) if stage is not None else None
         gone = files_in(by_partition, rewritten, paired)
         if subtracts(rule):
@@ -131,6 +134,13 @@ class KeptPartials:
             union = f"SELECT {columns} FROM {others}" + (f" UNION ALL SELECT {columns} FROM {added}" if added else "")
             state_sql = merged_partitions(rule, f"({union}) AS partials")
         return Staged(state_sql, stage, schema.json(), keeping, previous, published, frozenset(rewritten), paired)
+
+    def kept(self, table: MaterializedTable, rule: Aggregate | TopN, keeping: Keeping, published: KeptState,
+             old: str, relations: Relations) -> Staged:
+        """The state as it is, the partials all kept: only what the query above the aggregate reads
+        changed (`rules.above_only`)."""
+        return Staged(f"SELECT * FROM {old}", None, published.schema, keeping, _small(table, rule, keeping, relations),
+                      published)
 
     def same(self, table: MaterializedTable, rule: Aggregate | TopN, relations: Relations, stage: str, schema: str,
              kept_schema: str, replaced: list[str], by: Sequence[str] = (PARTITION,)) -> bool:
