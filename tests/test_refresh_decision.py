@@ -61,8 +61,8 @@ def _rows(frame) -> list:
 
 def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_subqueries_read_by_their_keys(spark, gw):
     """Where the sources' partitions make a table keep a LEFT JOIN's padded side's partials below the
-    join (TPC-H Q13's shape), count the keys a NOT EXISTS tests (Q22's) or keep a scalar subquery's value
-    per key (Q20's), the maintained plan EXPLAIN
+    join (TPC-H Q13's shape), count the keys a NOT EXISTS tests (Q22's), keep a scalar subquery's value
+    per key (Q20's) or the keys an IN lists (Q18's, its table read around it too), the maintained plan EXPLAIN
     and DESCRIBE EXTENDED show says so, not the rule the query's text alone would get."""
     db = f"spark_catalog.{spark.catalog.currentDatabase()}"
     spark.sql("CREATE TABLE sales (product_id INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
@@ -73,7 +73,9 @@ def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_subquerie
                             "ON id = product_id AND amount > 1 GROUP BY id) AS x GROUP BY c",
                "unsold": "SELECT name, COUNT(*) AS n FROM dim d WHERE NOT EXISTS (SELECT 1 FROM sales s "
                          "WHERE s.product_id = d.id) GROUP BY name",
-               "stocked": "SELECT name FROM dim WHERE id * 5 > (SELECT 0.5 * SUM(amount) FROM sales WHERE product_id = id)"}
+               "stocked": "SELECT name FROM dim WHERE id * 5 > (SELECT 0.5 * SUM(amount) FROM sales WHERE product_id = id)",
+               "listed": "SELECT ds, SUM(amount) AS total FROM sales WHERE product_id IN (SELECT product_id FROM sales "
+                         "GROUP BY product_id HAVING SUM(amount) > 10) GROUP BY ds"}
     for name, query in queries.items():
         gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS {query}")
     padded = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE per_count REFRESH")[0].rows)["maintained plan"]
@@ -89,6 +91,12 @@ def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_subquerie
            "it through a LEFT JOIN, a key without rows padded with NULL as the subquery's value is" in valued
     assert f"scan {db}.dim: read whole by the query above the aggregate, each refresh (a change of it needs nothing " \
            "more)" in valued
+    listed = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE listed REFRESH")[0].rows)["maintained plan"].splitlines()
+    assert listed[0] == f"scan {db}.sales: its appended files read (its change)" and "HAVING: applied to the merged " \
+        "groups" in listed and "the keys an IN lists, grouped (the aggregate): the query above reads them through a " \
+        "LEFT JOIN, a value not among them padded with NULL" in listed
+    assert f"scan {db}.sales: read whole by the query above the aggregate, each refresh (its change is the " \
+           "aggregate's, as above)" in listed
 
 
 def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spark, gw):

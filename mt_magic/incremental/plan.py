@@ -72,9 +72,9 @@ def _aggregated(rule: Aggregate) -> list[str]:
         lines.append("the value a scalar subquery computes, per key of its correlation (the aggregate): the query "
                      "above reads it through a LEFT JOIN, a key without rows padded with NULL as the subquery's value is")
     if rule.above:
-        lines.extend(f"scan {source}: read whole by the query above the aggregate, each refresh (a change of it "
-                     "needs nothing more)"
-                     for source in rule.sources[len(rule.sources) - rule.beside:])
+        lines.extend(f"scan {source}: read whole by the query above the aggregate, each refresh " +
+                     ("(its change is the aggregate's, as above)" if source in rule.aggregated else
+                      "(a change of it needs nothing more)") for source in rule.sources[len(rule.aggregated):])
         lines.append("the query above the aggregate (it reads the aggregate's result): computed again over "
                      "the groups the state holds" + (" and the tables beside it" if rule.beside else ""))
     return lines
