@@ -2,22 +2,23 @@
 aggregated by the keys that correlate it (or that it lists).
 
 `WHERE NOT EXISTS (SELECT * FROM orders WHERE o_custkey = c_custkey)` (TPC-H Q22's customers without
-orders) is `LEFT JOIN (SELECT o_custkey AS mt_k0, COUNT(*) AS mt_rows FROM orders GROUP BY o_custkey)
-AS mt_exists0 ON mt_exists0.mt_k0 = c_custkey WHERE mt_exists0.mt_rows IS NULL`: a key with rows exists,
-one without is NULL on the padded side, and a NULL key matches no row either way. A scalar subquery
-(`ps_availqty > (SELECT 0.5 * SUM(l_quantity) FROM lineitem WHERE l_partkey = ps_partkey AND …)`, Q20)
-is its value per key the same way (`… AS mt_value … GROUP BY l_partkey, l_suppkey) AS mt_scalar0`), where
+orders) is `LEFT JOIN (SELECT o_custkey AS mt_k0, COUNT(*) AS mt_rows FROM orders GROUP BY o_custkey) AS
+mt_exists0 ON mt_exists0.mt_k0 = c_custkey WHERE mt_exists0.mt_rows IS NULL`: a key with rows exists, one
+without is NULL on the padded side, and a NULL key matches no row either way. A scalar subquery
+(`ps_availqty > (SELECT 0.5 * SUM(l_quantity) FROM lineitem WHERE l_partkey = ps_partkey AND …)`, Q20) is
+its value per key the same way (`… AS mt_value … GROUP BY l_partkey, l_suppkey) AS mt_scalar0`), where
 that value is NULL over no rows as the subquery's is: arithmetic over SUM, AVG, MIN and MAX alone (a
 COUNT is 0 there, a COALESCE anything). An IN over the one column a subquery groups by (`o_orderkey IN
-(SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)`, Q18) lists each
-key once: `… AS mt_in0 ON mt_in0.mt_k0 = o_orderkey WHERE mt_in0.mt_k0 IS NOT NULL`. Each LEFT JOIN matches an outer row once at most, so any place
-in WHERE may read it. The grouped source is an aggregate read as a subquery (`nested`): kept per
-partition of its source, an append adds to it, a rewritten partition's partials are retracted (a key
-whose rows all left is gone), and the query around it is computed again over it and its own tables,
-read whole (their change needs nothing more: `rules.above_only`). So the rewrite is asked for (`keyed`)
-where the source in the subquery is partitioned — what changes — and the tables around it are not, or
-the query aggregates (`Chooser._counted`); a linear query over a changing outer table keeps the rule
-that maintains the outer rows' own change (`checks.monotone`)."""
+(SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)`, Q18) lists each key
+once: `… AS mt_in0 ON mt_in0.mt_k0 = o_orderkey WHERE mt_in0.mt_k0 IS NOT NULL`. Each LEFT JOIN matches
+an outer row once at most, so any place in WHERE may read it. The grouped source is an aggregate read as
+a subquery (`nested`): kept per partition of its source, an append adds to it, a rewritten partition's
+partials are retracted (a key whose rows all left is gone), and the query around it is computed again
+over it and its own tables, read whole (a change of those only it reads needs nothing more:
+`rules.above_only`; the subquery's table may be one of them, TPC-H Q17's). So the rewrite is asked for
+(`keyed`) where the source in the subquery is partitioned — what changes — and the tables around it are
+not, or the query aggregates (`Chooser._counted`); a linear query over a changing outer table keeps the
+rule that maintains the outer rows' own change (`checks.monotone`)."""
 
 from __future__ import annotations
 
@@ -120,7 +121,8 @@ def _grouped(body: exp.Expression) -> bool:
             any(body.args.get(a) for a in _PLAIN if a not in ("group", "having")) or \
             any(group.args.get(a) for a in ("grouping_sets", "cube", "rollup", "totals")):
         return False
-    return len(group.expressions) == 1 and len(body.expressions) == 1 and body.expressions[0].unalias() == group.expressions[0]
+    keys, selected = group.expressions, body.expressions
+    return len(keys) == 1 and len(selected) == 1 and selected[0].unalias() == keys[0]
 
 
 def _valued(body: exp.Expression) -> bool:
@@ -157,10 +159,9 @@ def _listed_keys(part: exp.Expression, counted: Collection[str], names: list[str
     """The LEFT JOIN of the grouped keys an IN conjunct lists (`_grouped`: each once, so an outer row
     matches one at most) and the test that its value is among them (a NULL value matches none, as IN
     is not TRUE then), or None where the list is not one over a counted source, or is correlated."""
-    body = part.args["query"].this if isinstance(part, exp.In) and isinstance(part.args.get("query"), exp.Subquery) \
-        else None
-    if body is None or not _grouped(body):
+    if not isinstance(part, exp.In) or not _keyable(part):
         return None
+    body = part.args["query"].this
     table = body.args["from_"].this
     inner = table.alias_or_name.lower()
     if identifier(table) not in counted or names.count(inner) > 1 or \

@@ -95,6 +95,8 @@ class KeptPartials:
         if kept is not None:
             state_sql, stage, schema, dropped = self.below.change(table, rule, kept, keeping, manifest, old, appended,
                                                                   retraction, relations)
+            if state_sql is None:
+                return self._as_kept(table, rule, keeping, published, old, relations, stage, schema, {})
             return Staged(state_sql, stage, schema, keeping, {}, published, frozenset(dropped))
         by_partition = state_files(self.storage.files, published.folder)
         previous = _small(table, rule, keeping, relations)
@@ -118,10 +120,7 @@ class KeptPartials:
                 if terms else (None, _schema(published.schema))
             if stage is not None and self.same(table, rule, relations, stage, schema.json(), published.schema,
                                                files_in(by_partition, rewritten, paired), keeping.provenance.columns):
-                if all(relations.changes[s].change is SourceChange.UNCHANGED for s in above_only(rule)):
-                    return Staged(None, stage, schema.json(), keeping, previous)
-                self.storage.remove(stage)      # (what the query above reads changed: computed again)
-                return self.kept(table, rule, keeping, published, old, relations)
+                return self._as_kept(table, rule, keeping, published, old, relations, stage, schema.json(), previous)
             added = relations.add("kept_added", self.read(relations, stage, schema)) if stage is not None else None
         gone = files_in(by_partition, rewritten, paired)
         if subtracts(rule):
@@ -141,6 +140,16 @@ class KeptPartials:
         changed (`rules.above_only`)."""
         return Staged(f"SELECT * FROM {old}", None, published.schema, keeping, _small(table, rule, keeping, relations),
                       published)
+
+    def _as_kept(self, table: MaterializedTable, rule: Aggregate | TopN, keeping: Keeping, published: KeptState,
+                 old: str, relations: Relations, stage: str, schema: str,
+                 previous: dict[str, tuple[str, ...]]) -> Staged:
+        """Partials staged equal to those they replace: nothing to publish — unless what the query above
+        the aggregate reads changed, computed again over the state as kept (the stage unused)."""
+        if all(relations.changes[s].change is SourceChange.UNCHANGED for s in above_only(rule)):
+            return Staged(None, stage, schema, keeping, previous)
+        self.storage.remove(stage)
+        return self.kept(table, rule, keeping, published, old, relations)
 
     def same(self, table: MaterializedTable, rule: Aggregate | TopN, relations: Relations, stage: str, schema: str,
              kept_schema: str, replaced: list[str], by: Sequence[str] = (PARTITION,)) -> bool:
