@@ -133,9 +133,8 @@ class Chooser:
 
     def _counted(self, rule: Rule, query: str) -> set[str]:
         """The sources EXISTS tests, IN lists and scalar subqueries read by their keys (`keyed_subqueries`):
-        partitioned ones (what changes is what the subquery reads), where the query reads no other
-        partitioned source or aggregates (its data is written whole either way; the rows around read
-        whole, TPC-H Q4's orders)."""
+        partitioned ones, where the query reads no other partitioned source or aggregates (its data is
+        written whole either way; the rows around read whole, TPC-H Q4's orders)."""
         tested = keyed_sources(query) & set(rule.sources) if not isinstance(rule, Recompute) else set()
         partitioned = {source for source in rule.sources if self._partitioned(source)} if tested else set()
         return tested & partitioned if partitioned <= tested or isinstance(rule, Aggregate) else set()
