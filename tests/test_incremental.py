@@ -118,6 +118,8 @@ SHAPES = {   # name → (query, the plain sources it reads)
     "listed": ("SELECT d.name, s.product_id, SUM(s.amount) AS total, COUNT(*) AS n FROM dim d, sales s WHERE "
                "s.product_id IN (SELECT product_id FROM sales GROUP BY product_id HAVING SUM(amount) > 3) AND "
                "d.id = s.product_id GROUP BY d.name, s.product_id", {"sales", "dim"}),
+    "inlin": ("SELECT d.id, d.name FROM dim d WHERE d.id IN (SELECT product_id FROM sales WHERE amount > 1)",
+              {"sales", "dim"}),    # a plain IN (a semi-join): the values it lists grouped, kept per day
     "selfvalued": ("SELECT SUM(amount) AS total, COUNT(*) AS n FROM sales, dim WHERE id = product_id AND amount < "
                    "(SELECT 0.8 * AVG(amount) FROM sales WHERE product_id = id)", {"sales", "dim"}),
     "dimleft": ("SELECT d.id, d.name, s.amount FROM dim d LEFT JOIN sales s ON s.product_id = d.id AND s.amount > 1",
@@ -156,7 +158,7 @@ RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestag
               "semij": {"sales"}, "nested": {"sales"}, "antiagg": {"sales"}, "rightsum": {"sales"},
               "antilin": {"sales"}, "constant": {"sales"}, "padded": {"sales"},
               "nokeys": {"sales"}, "haskeys": {"sales"}, "valued": {"sales"}, "listed": {"sales"},
-              "selfvalued": {"sales"}}
+              "inlin": {"sales"}, "selfvalued": {"sales"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
 # rewrite of the dimension is joined with them again — while `sales` was appended to as well. `padded`
 # (TPC-H Q13's shape) keeps them below a LEFT JOIN that pads `dim`'s rows: a change of either joins them again.
@@ -176,7 +178,7 @@ HELD = {"anti": ("dim", "in a subquery of WHERE"),
 # Read only by the query above an aggregate read as a subquery, computed again by each refresh: any change
 # of `dim` is read with it (an append, a rewrite — beside a retraction of `sales`'s days too).
 ABOVE = {"nested": {"dim"}, "nokeys": {"dim"}, "haskeys": {"dim"}, "valued": {"dim"}, "listed": {"dim"},
-         "selfvalued": {"dim"}}
+         "inlin": {"dim"}, "selfvalued": {"dim"}}
 CI = bool(os.environ.get("CI"))
 rounds = itertools.count()       # one fire time per refresh round, later each time
 
@@ -256,8 +258,8 @@ def test_an_exists_is_read_as_its_keys_counted_only_where_equalities_alone_corre
 
 def test_an_in_over_the_keys_a_subquery_groups_is_read_as_a_left_join_with_them():
     """`keyed` reads `x IN (SELECT k … GROUP BY k [HAVING …])` over a counted table as a LEFT JOIN with
-    those keys (each once) and a test that x found one; a list of a column it does not group by alone,
-    or correlated, stays as written. The table may be read outside too (TPC-H Q18's `lineitem`): its
+    those keys (each once) and a test that x found one, and a plain `x IN (SELECT k …)` as one with its
+    values grouped; a list of a column it does not group by alone, or correlated, stays as written. The table may be read outside too (TPC-H Q18's `lineitem`): its
     name inside is told apart by `qualified`, as is Q17's in a scalar subquery."""
     query = "SELECT o.k, SUM(l.x) AS s FROM c.d.o o JOIN c.d.l l ON o.k = l.k WHERE o.v > 1 AND o.k IN " \
             "(SELECT f.k FROM c.d.l f WHERE f.x > 0 GROUP BY f.k HAVING SUM(f.x) > 3) GROUP BY o.k"
@@ -270,6 +272,12 @@ def test_an_in_over_the_keys_a_subquery_groups_is_read_as_a_left_join_with_them(
                       query.replace("SELECT f.k FROM", "SELECT f.x FROM"), query.replace("f.x > 0", "f.x > o.v")]:
         assert keyed(unchanged, {"c.d.l"}) == unchanged
     assert keyed_sources(query) == {"c.d.l"}
+    plain = "SELECT o.k FROM c.d.o o WHERE o.k IN (SELECT {} FROM c.d.l f WHERE f.x > 0)"
+    for listed in ("f.k", "DISTINCT f.k"):     # a plain list (a semi-join): its values grouped, each once
+        assert keyed(plain.format(listed), {"c.d.l"}) == "SELECT o.k FROM c.d.o AS o LEFT JOIN (SELECT f.k AS mt_k0 " \
+            "FROM c.d.l AS f WHERE f.x > 0 GROUP BY f.k) AS mt_in0 ON mt_in0.mt_k0 = o.k WHERE NOT mt_in0.mt_k0 IS NULL"
+    for listed in ("MAX(f.k)", "2", "*", "f.k + (SELECT 1)"):   # one value, or not a value of its rows
+        assert keyed(plain.format(listed), {"c.d.l"}) == plain.format(listed)
     columns = {"c.d.l": ["k", "x", "ds"], "c.d.p": ["pk", "brand"]}
     q17 = "SELECT SUM(x) AS s FROM c.d.l, c.d.p WHERE pk = k AND x < (SELECT 0.2 * AVG(x) FROM c.d.l WHERE k = pk)"
     named = qualified(q17, columns)
@@ -313,7 +321,7 @@ def test_the_rules_classify_the_shapes():
                      "nested": Aggregate, "antiagg": Aggregate, "rightsum": Aggregate, "custdist": Aggregate,
                      "fullagg": Aggregate, "antilin": Linear, "dimleft": Linear, "fulllin": Linear, "padded": Aggregate,
                      "nokeys": Aggregate, "haskeys": Linear, "valued": Linear, "listed": Aggregate,
-                     "selfvalued": Aggregate,
+                     "inlin": Linear, "selfvalued": Aggregate,
                      "unionsum": Aggregate, "unijoin": Linear, "aggunion": Aggregate,
                      "constant": Linear}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 1", "OFFSET"),

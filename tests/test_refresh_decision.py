@@ -62,8 +62,8 @@ def _rows(frame) -> list:
 def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_subqueries_read_by_their_keys(spark, gw):
     """Where the sources' partitions make a table keep a LEFT JOIN's padded side's partials below the
     join (TPC-H Q13's shape), count the keys a NOT EXISTS tests (Q22's), keep a scalar subquery's value
-    per key (Q20's) or the keys an IN lists (Q18's, its table read around it too), the maintained plan EXPLAIN
-    and DESCRIBE EXTENDED show says so, not the rule the query's text alone would get."""
+    per key (Q20's) or the keys an IN lists (Q18's, its table read around it too; a plain IN's values), the
+    maintained plan EXPLAIN and DESCRIBE EXTENDED show says so, not the rule the query's text alone would get."""
     db = f"spark_catalog.{spark.catalog.currentDatabase()}"
     spark.sql("CREATE TABLE sales (product_id INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("INSERT INTO sales VALUES (1, 10.0, 'd1'), (2, 0.5, 'd1'), (1, 7.0, 'd2')")
@@ -75,7 +75,8 @@ def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_subquerie
                          "WHERE s.product_id = d.id) GROUP BY name",
                "stocked": "SELECT name FROM dim WHERE id * 5 > (SELECT 0.5 * SUM(amount) FROM sales WHERE product_id = id)",
                "listed": "SELECT ds, SUM(amount) AS total FROM sales WHERE product_id IN (SELECT product_id FROM sales "
-                         "GROUP BY product_id HAVING SUM(amount) > 10) GROUP BY ds"}
+                         "GROUP BY product_id HAVING SUM(amount) > 10) GROUP BY ds",
+               "bought": "SELECT name FROM dim WHERE id IN (SELECT product_id FROM sales WHERE amount > 1)"}
     for name, query in queries.items():
         gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS {query}")
     padded = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE per_count REFRESH")[0].rows)["maintained plan"]
@@ -97,6 +98,10 @@ def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_subquerie
         "LEFT JOIN, a value not among them padded with NULL" in listed
     assert f"scan {db}.sales: read whole by the query above the aggregate, each refresh (its change is the " \
            "aggregate's, as above)" in listed
+    bought = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE bought REFRESH")[0].rows)["maintained plan"].splitlines()
+    assert bought[2:4] == ["aggregate by sales.product_id: the change's groups added; state: the groups",
+                           "the keys an IN lists, grouped (the aggregate): the query above reads them through a LEFT "
+                           "JOIN, a value not among them padded with NULL"], bought
 
 
 def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spark, gw):

@@ -10,7 +10,8 @@ its value per key the same way (`… AS mt_value … GROUP BY l_partkey, l_suppk
 that value is NULL over no rows as the subquery's is: arithmetic over SUM, AVG, MIN and MAX alone (a
 COUNT is 0 there, a COALESCE anything). An IN over the one column a subquery groups by (`o_orderkey IN
 (SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)`, Q18) lists each key
-once: `… AS mt_in0 ON mt_in0.mt_k0 = o_orderkey WHERE mt_in0.mt_k0 IS NOT NULL`. Each LEFT JOIN matches
+once: `… AS mt_in0 ON mt_in0.mt_k0 = o_orderkey WHERE mt_in0.mt_k0 IS NOT NULL`; a plain IN (a semi-join)
+lists its values so, grouped. Each LEFT JOIN matches
 an outer row once at most, so any place in WHERE may read it. The grouped source is an aggregate read as
 a subquery (`nested`): kept per partition of its source, an append adds to it, a rewritten partition's
 partials are retracted (a key whose rows all left is gone), and the query around it is computed again
@@ -91,7 +92,7 @@ def _keyable(node: exp.Expression) -> bool:
     if isinstance(node, exp.Exists):
         return _alone(node.this)
     if isinstance(node, exp.In):
-        return isinstance(node.args.get("query"), exp.Subquery) and _grouped(node.args["query"].this)
+        return isinstance(node.args.get("query"), exp.Subquery) and _listing(node.args["query"].this)
     return _scalar(node) and _valued(node.this)
 
 
@@ -123,6 +124,19 @@ def _grouped(body: exp.Expression) -> bool:
         return False
     keys, selected = group.expressions, body.expressions
     return len(keys) == 1 and len(selected) == 1 and selected[0].unalias() == keys[0]
+
+
+def _listing(body: exp.Expression) -> bool:
+    """An IN's list whose values can be grouped: `_grouped`, or a SELECT `_alone` (or DISTINCT) of one
+    value of its columns, no aggregate (a plain semi-join: the set it lists is its values grouped)."""
+    if _grouped(body):
+        return True
+    if not isinstance(body, exp.Select) or len(body.expressions) != 1 or body.expressions[0].find(exp.Column) is None \
+            or body.expressions[0].find(exp.AggFunc, exp.Window, exp.Select, exp.Star) is not None:
+        return False
+    plain = body.copy()
+    plain.set("distinct", None)
+    return _alone(plain)
 
 
 def _valued(body: exp.Expression) -> bool:
@@ -167,8 +181,11 @@ def _listed_keys(part: exp.Expression, counted: Collection[str], names: list[str
     if identifier(table) not in counted or names.count(inner) > 1 or \
             any(not _inner(c, inner) for c in body.find_all(exp.Column)):
         return None
-    grouped = body.copy()
-    grouped.set("expressions", [exp.alias_(body.expressions[0].unalias().copy(), f"{KEY}0")])
+    grouped, value = body.copy(), body.expressions[0].unalias()
+    grouped.set("expressions", [exp.alias_(value.copy(), f"{KEY}0")])
+    if not _grouped(body):      # (a plain list: its values grouped, each once)
+        grouped.set("distinct", None)
+        grouped = grouped.group_by(value.copy())
     joined = exp.Subquery(this=grouped, alias=exp.TableAlias(this=exp.to_identifier(alias)))
     key = exp.column(f"{KEY}0", table=alias)
     on = exp.EQ(this=key.copy(), expression=part.this.copy())

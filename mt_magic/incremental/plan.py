@@ -49,9 +49,9 @@ def _aggregated(rule: Aggregate) -> list[str]:
     values = rule.keys[len(rule.written_keys):]
     merges = ", ".join(dict.fromkeys(p.merge for p in rule.partials))
     count = len(rule.partials)
-    lines = [f"aggregate by {by}: the change's partials merged ({merges}); "
-             f"state: {count} partial{'s' if count != 1 else ''} per group"
-             + (f" and distinct value of {', '.join(values)}" if values else "")]
+    state = f"the change's partials merged ({merges}); state: {count} partial{'s' if count != 1 else ''} per group" \
+        if count else "the change's groups added; state: the groups"
+    lines = [f"aggregate by {by}: {state}" + (f" and distinct value of {', '.join(values)}" if values else "")]
     if rule.grouping:
         kind = rule.grouping.split("(")[0].strip()
         lines.append(f"{kind}: each grouping set's groups merged again from the state")
