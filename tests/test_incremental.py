@@ -118,6 +118,8 @@ SHAPES = {   # name → (query, the plain sources it reads)
     "listed": ("SELECT d.name, s.product_id, SUM(s.amount) AS total, COUNT(*) AS n FROM dim d, sales s WHERE "
                "s.product_id IN (SELECT product_id FROM sales GROUP BY product_id HAVING SUM(amount) > 3) AND "
                "d.id = s.product_id GROUP BY d.name, s.product_id", {"sales", "dim"}),
+    "unequal": ("SELECT d.id, d.name FROM dim d WHERE NOT EXISTS (SELECT 1 FROM sales s WHERE s.product_id = d.id "
+                "AND s.amount <> d.id * 2.5 AND s.ds IS NOT NULL)", {"sales", "dim"}),   # (TPC-H Q21's `<>`)
     "inlin": ("SELECT d.id, d.name FROM dim d WHERE d.id IN (SELECT product_id FROM sales WHERE amount > 1)",
               {"sales", "dim"}),    # a plain IN (a semi-join): the values it lists grouped, kept per day
     "selfvalued": ("SELECT SUM(amount) AS total, COUNT(*) AS n FROM sales, dim WHERE id = product_id AND amount < "
@@ -158,7 +160,7 @@ RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestag
               "semij": {"sales"}, "nested": {"sales"}, "antiagg": {"sales"}, "rightsum": {"sales"},
               "antilin": {"sales"}, "constant": {"sales"}, "padded": {"sales"},
               "nokeys": {"sales"}, "haskeys": {"sales"}, "valued": {"sales"}, "listed": {"sales"},
-              "inlin": {"sales"}, "selfvalued": {"sales"}}
+              "inlin": {"sales"}, "unequal": {"sales"}, "selfvalued": {"sales"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
 # rewrite of the dimension is joined with them again — while `sales` was appended to as well. `padded`
 # (TPC-H Q13's shape) keeps them below a LEFT JOIN that pads `dim`'s rows: a change of either joins them again.
@@ -178,7 +180,7 @@ HELD = {"anti": ("dim", "in a subquery of WHERE"),
 # Read only by the query above an aggregate read as a subquery, computed again by each refresh: any change
 # of `dim` is read with it (an append, a rewrite — beside a retraction of `sales`'s days too).
 ABOVE = {"nested": {"dim"}, "nokeys": {"dim"}, "haskeys": {"dim"}, "valued": {"dim"}, "listed": {"dim"},
-         "inlin": {"dim"}, "selfvalued": {"dim"}}
+         "inlin": {"dim"}, "unequal": {"dim"}, "selfvalued": {"dim"}}
 CI = bool(os.environ.get("CI"))
 rounds = itertools.count()       # one fire time per refresh round, later each time
 
@@ -236,11 +238,12 @@ def test_a_partitions_files_that_stay_stay_named_when_some_of_its_others_are_rew
     assert merged(kept, {"s1", "s2", "s3"}, {"d1": ("c1",)}) == {"d1": ("big", "c1")}
 
 
-def test_an_exists_is_read_as_its_keys_counted_only_where_equalities_alone_correlate_it():
+def test_an_exists_is_read_as_its_keys_counted_where_equalities_and_one_comparison_correlate_it():
     """`keyed` reads an [NOT] EXISTS over a counted table as a LEFT JOIN with its keys counted (after a
-    comma join too, written back as the CROSS JOIN it is); any other test — correlated by more than
-    equalities, over a table whose name the query uses outside too, over a table not counted — stays
-    as written, and a table an EXISTS tests that the query reads elsewhere too is not one to count."""
+    comma join too, written back as the CROSS JOIN it is), or with the least or greatest value one more
+    comparison correlating it compares (TPC-H Q21's `<>`); any other test — correlated by more than
+    that, over a table whose name the query uses outside too, over a table not counted — stays as
+    written, and a table an EXISTS tests that the query reads elsewhere too is not one to count."""
     counted = {"c.d.f"}
     query = "SELECT d.k, COUNT(*) AS n FROM c.d.dim d WHERE d.v > 1 AND NOT EXISTS (SELECT 1 FROM c.d.f f " \
             "WHERE f.k = d.k + 1 AND f.x IS NOT NULL AND f.ds = d.ds) GROUP BY d.k"
@@ -250,8 +253,15 @@ def test_an_exists_is_read_as_its_keys_counted_only_where_equalities_alone_corre
     assert joined in rewritten and "WHERE d.v > 1 AND mt_exists0.mt_rows IS NULL" in rewritten
     assert type(maintenance(rewritten)) is Aggregate and maintenance(rewritten).above is not None
     assert f"FROM c.d.dim AS d CROSS JOIN c.d.g {joined}" in keyed(query.replace("c.d.dim d", "c.d.dim d, c.d.g"), counted)
-    for unchanged in [query.replace("f.ds = d.ds", "f.ds < d.ds"), query.replace("c.d.dim d", "c.d.dim AS f"),
-                      query.replace("c.d.f f", "c.d.e f")]:
+    for compared in ("f.ds < d.ds", "d.ds > f.ds"):     # one comparison besides: the least value per key
+        assert "SELECT f.k AS mt_k0, MIN(f.ds) AS mt_lo FROM c.d.f AS f WHERE NOT f.x IS NULL GROUP BY f.k) AS " \
+               "mt_exists0 ON mt_exists0.mt_k0 = d.k + 1 WHERE d.v > 1 AND NOT COALESCE(mt_exists0.mt_lo < d.ds, " \
+               "FALSE)" in keyed(query.replace("f.ds = d.ds", compared), counted)
+    assert "MIN(f.ds) AS mt_lo, MAX(f.ds) AS mt_hi FROM c.d.f AS f WHERE NOT f.x IS NULL GROUP BY f.k) AS mt_exists0 " \
+           "ON mt_exists0.mt_k0 = d.k + 1 WHERE d.v > 1 AND NOT COALESCE(mt_exists0.mt_lo <> d.ds OR " \
+           "mt_exists0.mt_hi <> d.ds, FALSE)" in keyed(query.replace("f.ds = d.ds", "f.ds <> d.ds"), counted)
+    for unchanged in [query.replace("f.ds = d.ds", "f.ds < d.ds AND f.x <> d.v"), query.replace("f.ds = d.ds", "f.ds <=> d.ds"),
+                      query.replace("c.d.dim d", "c.d.dim AS f"), query.replace("c.d.f f", "c.d.e f")]:
         assert keyed(unchanged, counted) == unchanged
     assert keyed_sources(query) == {"c.d.f"} and keyed_sources(query.replace("c.d.dim d", "c.d.f d")) == set()
 
@@ -321,7 +331,7 @@ def test_the_rules_classify_the_shapes():
                      "nested": Aggregate, "antiagg": Aggregate, "rightsum": Aggregate, "custdist": Aggregate,
                      "fullagg": Aggregate, "antilin": Linear, "dimleft": Linear, "fulllin": Linear, "padded": Aggregate,
                      "nokeys": Aggregate, "haskeys": Linear, "valued": Linear, "listed": Aggregate,
-                     "inlin": Linear, "selfvalued": Aggregate,
+                     "inlin": Linear, "unequal": Linear, "selfvalued": Aggregate,
                      "unionsum": Aggregate, "unijoin": Linear, "aggunion": Aggregate,
                      "constant": Linear}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 1", "OFFSET"),

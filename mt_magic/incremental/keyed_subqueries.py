@@ -4,26 +4,28 @@ aggregated by the keys that correlate it (or that it lists).
 `WHERE NOT EXISTS (SELECT * FROM orders WHERE o_custkey = c_custkey)` (TPC-H Q22's customers without
 orders) is `LEFT JOIN (SELECT o_custkey AS mt_k0, COUNT(*) AS mt_rows FROM orders GROUP BY o_custkey) AS
 mt_exists0 ON mt_exists0.mt_k0 = c_custkey WHERE mt_exists0.mt_rows IS NULL`: a key with rows exists, one
-without is NULL on the padded side, and a NULL key matches no row either way. A scalar subquery
-(`ps_availqty > (SELECT 0.5 * SUM(l_quantity) FROM lineitem WHERE l_partkey = ps_partkey AND …)`, Q20) is
-its value per key the same way (`… AS mt_value … GROUP BY l_partkey, l_suppkey) AS mt_scalar0`), where
-that value is NULL over no rows as the subquery's is: arithmetic over SUM, AVG, MIN and MAX alone (a
-COUNT is 0 there, a COALESCE anything). An IN over the one column a subquery groups by (`o_orderkey IN
-(SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)`, Q18) lists each key
-once: `… AS mt_in0 ON mt_in0.mt_k0 = o_orderkey WHERE mt_in0.mt_k0 IS NOT NULL`; a plain IN (a semi-join)
-lists its values so, grouped. Each LEFT JOIN matches
-an outer row once at most, so any place in WHERE may read it. The grouped source is an aggregate read as
-a subquery (`nested`): kept per partition of its source, an append adds to it, a rewritten partition's
-partials are retracted (a key whose rows all left is gone), and the query around it is computed again
-over it and its own tables, read whole (a change of those only it reads needs nothing more:
-`rules.above_only`; the subquery's table may be one of them, TPC-H Q17's). So the rewrite is asked for
-(`keyed`) where the source in the subquery is partitioned — what changes — and the tables around it are
-not, or the query aggregates (`Chooser._counted`); a linear query over a changing outer table keeps the
-rule that maintains the outer rows' own change (`checks.monotone`)."""
+without is NULL on the padded side, and a NULL key matches no row either way; correlated by one comparison
+besides (Q21's `l2.l_suppkey <> l1.l_suppkey`), each key's MIN and MAX of its side are compared instead. A
+scalar subquery (`ps_availqty > (SELECT 0.5 * SUM(l_quantity) FROM lineitem WHERE l_partkey = ps_partkey
+AND …)`, Q20) is its value per key the same way (`… AS mt_value … GROUP BY l_partkey, l_suppkey) AS
+mt_scalar0`), where that value is NULL over no rows as the subquery's is: arithmetic over SUM, AVG, MIN
+and MAX alone (a COUNT is 0 there, a COALESCE anything). An IN over the one column a subquery groups by
+(`o_orderkey IN (SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)`, Q18)
+lists each key once: `… AS mt_in0 ON mt_in0.mt_k0 = o_orderkey WHERE mt_in0.mt_k0 IS NOT NULL`; a plain IN
+(a semi-join) lists its values so, grouped. Each LEFT JOIN matches an outer row once at most, so any place
+in WHERE may read it. The grouped source is an aggregate read as a subquery (`nested`): kept per partition
+of its source, an append adds to it, a rewritten partition's partials are retracted (a key whose rows all
+left is gone), and the query around it is computed again over it and its own tables, read whole (a change
+of those only it reads needs nothing more: `rules.above_only`; the subquery's table may be one of them,
+TPC-H Q17's). So the rewrite is asked for (`keyed`) where the source in the subquery is partitioned — what
+changes — and the tables around it are not, or the query aggregates (`Chooser._counted`); a linear query
+over a changing outer table keeps the rule that maintains the outer rows' own change
+(`checks.monotone`)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
+from typing import NamedTuple
 
 from sqlglot import exp
 
@@ -36,9 +38,11 @@ VALUES = "mt_scalar"    # the k-th scalar subquery's values per key: mt_scalar0,
 KEY = "mt_k"            # their key columns: mt_k0, mt_k1, ...
 ROWS = "mt_rows"        # each key's rows
 VALUE = "mt_value"      # each key's value of a scalar subquery
+LOWEST, HIGHEST = "mt_lo", "mt_hi"      # each key's least and greatest value compared by an EXISTS
 _PLAIN = ("joins", "group", "having", "limit", "qualify", "order", "distinct", "laterals", "with_", "windows")
 _NULL_OVER_NOTHING = (exp.Sum, exp.Avg, exp.Min, exp.Max)
 _PROPAGATING = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Paren, exp.Cast, exp.Literal)
+_FLIPPED = {exp.NEQ: exp.NEQ, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE}
 
 
 def keyed_sources(query: str) -> set[str]:
@@ -154,18 +158,29 @@ def _valued(body: exp.Expression) -> bool:
 def _counted_keys(part: exp.Expression, counted: Collection[str], names: list[str],
                   alias: str) -> tuple[exp.Join, exp.Expression] | None:
     """The LEFT JOIN of the keys an [NOT] EXISTS conjunct tests and the test of its counted rows, or None
-    where it is not one over a counted source correlated by equalities alone."""
+    where it is not one over a counted source correlated by equalities — and at most one comparison
+    (`l2.s <> l1.s`, TPC-H Q21's): then a key's MIN and MAX of its side are what the test compares
+    (some row's value differs from x exactly where the least or the greatest does; a NULL is none)."""
     negated = isinstance(part, exp.Not)
     node = part.this if negated else part
     if isinstance(node, exp.Paren):
         node = node.this
     if not isinstance(node, exp.Exists) or not _alone(node.this):
         return None
-    join = _grouped_join(node.this, exp.alias_(exp.Count(this=exp.Star()), ROWS), counted, names, alias)
-    if join is None:
+    correlation = _correlation(node.this, counted, names, compared=True)
+    if correlation is None:
         return None
-    test = exp.Is(this=exp.column(ROWS, table=alias), expression=exp.Null())
-    return join, test if negated else exp.Not(this=test)
+    if correlation.compared is None:
+        test = exp.Is(this=exp.column(ROWS, table=alias), expression=exp.Null())
+        return _grouped_join(correlation, [exp.alias_(exp.Count(this=exp.Star()), ROWS)], alias), \
+            test if negated else exp.Not(this=test)
+    own, comparison, outer = correlation.compared
+    bounds = [(LOWEST, exp.Min)] * (comparison in (exp.NEQ, exp.LT, exp.LTE)) + \
+        [(HIGHEST, exp.Max)] * (comparison in (exp.NEQ, exp.GT, exp.GTE))
+    tests = [comparison(this=exp.column(name, table=alias), expression=outer.copy()) for name, _ in bounds]
+    test = exp.func("COALESCE", exp.or_(*tests), exp.false())
+    join = _grouped_join(correlation, [exp.alias_(bound(this=own.copy()), name) for name, bound in bounds], alias)
+    return join, exp.Not(this=test) if negated else test
 
 
 def _listed_keys(part: exp.Expression, counted: Collection[str], names: list[str],
@@ -195,18 +210,27 @@ def _listed_keys(part: exp.Expression, counted: Collection[str], names: list[str
 def _valued_keys(subquery: exp.Subquery, counted: Collection[str], names: list[str],
                  alias: str) -> tuple[exp.Join, exp.Expression] | None:
     """The LEFT JOIN of a scalar subquery's values per key and the column reading its value, or None."""
-    if not _valued(subquery.this):
+    correlation = _correlation(subquery.this, counted, names) if _valued(subquery.this) else None
+    if correlation is None:
         return None
-    join = _grouped_join(subquery.this, exp.alias_(subquery.this.expressions[0].unalias().copy(), VALUE),
-                         counted, names, alias)
-    return None if join is None else (join, exp.column(VALUE, table=alias))
+    join = _grouped_join(correlation, [exp.alias_(subquery.this.expressions[0].unalias().copy(), VALUE)], alias)
+    return join, exp.column(VALUE, table=alias)
 
 
-def _grouped_join(body: exp.Select, output: exp.Expression, counted: Collection[str], names: list[str],
-                  alias: str) -> exp.Join | None:
-    """`body`'s table grouped by the columns its WHERE equates with the outer query's, `output` per key,
-    LEFT JOINed on those equalities; None where its table is not counted or more than equalities
-    correlate it."""
+class _Correlation(NamedTuple):
+    """A subquery's table, the (own, outer) sides of the equalities correlating it, its own conditions,
+    and the one comparison correlating it besides, own side first."""
+
+    table: exp.Table
+    keys: list[tuple[exp.Expression, exp.Expression]]
+    local: list[exp.Expression]
+    compared: tuple[exp.Expression, type[exp.Binary], exp.Expression] | None
+
+
+def _correlation(body: exp.Select, counted: Collection[str], names: list[str],
+                 compared: bool = False) -> _Correlation | None:
+    """How `body` is correlated: None where its table is not counted, or more than equalities (and, if
+    `compared`, one comparison) correlate it."""
     table = body.args["from_"].this
     inner = table.alias_or_name.lower()
     if identifier(table) not in counted or names.count(inner) > 1:
@@ -214,26 +238,38 @@ def _grouped_join(body: exp.Select, output: exp.Expression, counted: Collection[
     where = body.args.get("where")
     if where is None or any(not c.table for c in body.find_all(exp.Column)):
         return None
-    keys, local = [], []
+    keys, local, comparisons = [], [], []
     for conjunct in conjuncts(where.this):
         if conjunct.find(exp.Select) is not None:
             return None
         if all(_inner(c, inner) for c in conjunct.find_all(exp.Column)):
             local.append(conjunct.copy())
             continue
-        if not isinstance(conjunct, exp.EQ):
+        kind = type(conjunct)
+        if kind is not exp.EQ and not (compared and kind in _FLIPPED):
             return None
         sides = [conjunct.this, conjunct.expression]
         own = [s for s in sides if list(s.find_all(exp.Column)) and all(_inner(c, inner) for c in s.find_all(exp.Column))]
         if len(own) != 1 or any(_inner(c, inner) for s in sides if s is not own[0] for c in s.find_all(exp.Column)):
             return None
-        keys.append((own[0], next(s for s in sides if s is not own[0])))
-    if not keys or any(not _inner(c, inner) for e in body.expressions for c in e.find_all(exp.Column)):
+        outer = next(s for s in sides if s is not own[0])
+        if kind is exp.EQ:
+            keys.append((own[0], outer))
+        else:
+            comparisons.append((own[0], kind if own[0] is sides[0] else _FLIPPED[kind], outer))
+    if not keys or len(comparisons) > 1 or \
+            any(not _inner(c, inner) for e in body.expressions for c in e.find_all(exp.Column)):
         return None
-    grouped = exp.select(*(exp.alias_(k.copy(), f"{KEY}{i}") for i, (k, _) in enumerate(keys)), output) \
-        .from_(table.copy())
-    if local:
-        grouped = grouped.where(exp.and_(*local))
+    return _Correlation(table, keys, local, comparisons[0] if comparisons else None)
+
+
+def _grouped_join(correlation: _Correlation, outputs: list[exp.Expression], alias: str) -> exp.Join:
+    """The correlated table grouped by its keys, `outputs` per key, LEFT JOINed on the equalities."""
+    keys = correlation.keys
+    grouped = exp.select(*(exp.alias_(k.copy(), f"{KEY}{i}") for i, (k, _) in enumerate(keys)), *outputs) \
+        .from_(correlation.table.copy())
+    if correlation.local:
+        grouped = grouped.where(exp.and_(*correlation.local))
     grouped = grouped.group_by(*(k.copy() for k, _ in keys))
     on = exp.and_(*(exp.EQ(this=exp.column(f"{KEY}{i}", table=alias), expression=outer.copy())
                     for i, (_, outer) in enumerate(keys)))

@@ -11,7 +11,7 @@ from mt_magic.incremental.below_join import Below
 from mt_magic.incremental.checks import (HELD_FILTER, HELD_VALUE, Appended, Monotone, held_still, join_words,
                                          monotone)
 from mt_magic.incremental.distinct import DistinctCount
-from mt_magic.incremental.keyed_subqueries import KEYS, LISTED, VALUES
+from mt_magic.incremental.keyed_subqueries import HIGHEST, KEYS, LISTED, LOWEST, VALUES
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import identifier, sql, subquery_expression, tables
 from mt_magic.incremental.rules import (Recompute, Rule, appendable_held, held_sources, monotone_occurrences,
@@ -63,8 +63,10 @@ def _aggregated(rule: Aggregate) -> list[str]:
     if rule.limit:
         lines.append(f"ORDER BY … LIMIT {rule.limit}: the first rows taken again from every group")
     if rule.above and KEYS in rule.above:
-        lines.append("the keys an EXISTS or NOT EXISTS tests, counted (the aggregate): the query above reads them "
-                     "through a LEFT JOIN, a key without rows padded with NULL")
+        counted = "with the least or greatest value it compares" if {LOWEST, HIGHEST} & set(rule.select.named_selects) \
+            else "counted"
+        lines.append(f"the keys an EXISTS or NOT EXISTS tests, {counted} (the aggregate): the query above reads "
+                     "them through a LEFT JOIN, a key without rows padded with NULL")
     if rule.above and LISTED in rule.above:
         lines.append("the keys an IN lists, grouped (the aggregate): the query above reads them through a LEFT "
                      "JOIN, a value not among them padded with NULL")
