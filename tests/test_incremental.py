@@ -120,6 +120,12 @@ SHAPES = {   # name → (query, the plain sources it reads)
                "d.id = s.product_id GROUP BY d.name, s.product_id", {"sales", "dim"}),
     "unequal": ("SELECT d.id, d.name FROM dim d WHERE NOT EXISTS (SELECT 1 FROM sales s WHERE s.product_id = d.id "
                 "AND s.amount <> d.id * 2.5 AND s.ds IS NOT NULL)", {"sales", "dim"}),   # (TPC-H Q21's `<>`)
+    # `sales` read outside and in an EXISTS and a NOT EXISTS by the same key and a comparison (TPC-H Q21's
+    # lineitem): one aggregate of both, each its FILTER; the query above reads `sales` whole again.
+    "otherday": ("SELECT s1.product_id, COUNT(*) AS n, SUM(s1.amount) AS total FROM sales s1 WHERE EXISTS (SELECT 1 "
+                 "FROM sales s2 WHERE s2.product_id = s1.product_id AND s2.ds <> s1.ds) AND NOT EXISTS (SELECT 1 FROM "
+                 "sales s3 WHERE s3.product_id = s1.product_id AND s3.ds <> s1.ds AND s3.amount > 5) GROUP BY "
+                 "s1.product_id", {"sales"}),
     "inlin": ("SELECT d.id, d.name FROM dim d WHERE d.id IN (SELECT product_id FROM sales WHERE amount > 1)",
               {"sales", "dim"}),    # a plain IN (a semi-join): the values it lists grouped, kept per day
     "selfvalued": ("SELECT SUM(amount) AS total, COUNT(*) AS n FROM sales, dim WHERE id = product_id AND amount < "
@@ -160,7 +166,7 @@ RETRACTING = {"agg": {"sales"}, "whole": {"sales"}, "topagg": {"sales"}, "nestag
               "semij": {"sales"}, "nested": {"sales"}, "antiagg": {"sales"}, "rightsum": {"sales"},
               "antilin": {"sales"}, "constant": {"sales"}, "padded": {"sales"},
               "nokeys": {"sales"}, "haskeys": {"sales"}, "valued": {"sales"}, "listed": {"sales"},
-              "inlin": {"sales"}, "unequal": {"sales"}, "selfvalued": {"sales"}}
+              "inlin": {"sales"}, "unequal": {"sales"}, "otherday": {"sales"}, "selfvalued": {"sales"}}
 # Joined with a dimension, its aggregates reading `sales` alone: its partials are kept below the join, and a
 # rewrite of the dimension is joined with them again — while `sales` was appended to as well. `padded`
 # (TPC-H Q13's shape) keeps them below a LEFT JOIN that pads `dim`'s rows: a change of either joins them again.
@@ -241,16 +247,17 @@ def test_a_partitions_files_that_stay_stay_named_when_some_of_its_others_are_rew
 def test_an_exists_is_read_as_its_keys_counted_where_equalities_and_one_comparison_correlate_it():
     """`keyed` reads an [NOT] EXISTS over a counted table as a LEFT JOIN with its keys counted (after a
     comma join too, written back as the CROSS JOIN it is), or with the least or greatest value one more
-    comparison correlating it compares (TPC-H Q21's `<>`); any other test — correlated by more than
-    that, over a table whose name the query uses outside too, over a table not counted — stays as
-    written, and a table an EXISTS tests that the query reads elsewhere too is not one to count."""
+    comparison correlating it compares (TPC-H Q21's `<>`) — two over one table by the same keys, one
+    aggregate of both —; any other test — correlated by more than that, over a table whose name the
+    query uses outside too, over a table not counted — stays as written, and a table an EXISTS tests
+    that the query reads elsewhere too is not one to count."""
     counted = {"c.d.f"}
     query = "SELECT d.k, COUNT(*) AS n FROM c.d.dim d WHERE d.v > 1 AND NOT EXISTS (SELECT 1 FROM c.d.f f " \
             "WHERE f.k = d.k + 1 AND f.x IS NOT NULL AND f.ds = d.ds) GROUP BY d.k"
     rewritten = keyed(query, counted)
     joined = "LEFT JOIN (SELECT f.k AS mt_k0, f.ds AS mt_k1, COUNT(*) AS mt_rows FROM c.d.f AS f WHERE NOT f.x IS NULL " \
              "GROUP BY f.k, f.ds) AS mt_exists0 ON mt_exists0.mt_k0 = d.k + 1 AND mt_exists0.mt_k1 = d.ds"
-    assert joined in rewritten and "WHERE d.v > 1 AND mt_exists0.mt_rows IS NULL" in rewritten
+    assert joined in rewritten and "WHERE d.v > 1 AND COALESCE(mt_exists0.mt_rows, 0) = 0" in rewritten
     assert type(maintenance(rewritten)) is Aggregate and maintenance(rewritten).above is not None
     assert f"FROM c.d.dim AS d CROSS JOIN c.d.g {joined}" in keyed(query.replace("c.d.dim d", "c.d.dim d, c.d.g"), counted)
     for compared in ("f.ds < d.ds", "d.ds > f.ds"):     # one comparison besides: the least value per key
@@ -260,10 +267,19 @@ def test_an_exists_is_read_as_its_keys_counted_where_equalities_and_one_comparis
     assert "MIN(f.ds) AS mt_lo, MAX(f.ds) AS mt_hi FROM c.d.f AS f WHERE NOT f.x IS NULL GROUP BY f.k) AS mt_exists0 " \
            "ON mt_exists0.mt_k0 = d.k + 1 WHERE d.v > 1 AND NOT COALESCE(mt_exists0.mt_lo <> d.ds OR " \
            "mt_exists0.mt_hi <> d.ds, FALSE)" in keyed(query.replace("f.ds = d.ds", "f.ds <> d.ds"), counted)
+    both = query.replace("GROUP BY d.k", "AND EXISTS (SELECT 1 FROM c.d.f g WHERE d.ds = g.ds AND g.k = d.k + 1 AND "
+                                          "g.x > 2) GROUP BY d.k")     # two of one table by the same keys: one aggregate
+    assert "LEFT JOIN (SELECT f.k AS mt_k0, f.ds AS mt_k1, COUNT(*) FILTER(WHERE NOT f.x IS NULL) AS mt_rows, COUNT(*) " \
+           "FILTER(WHERE f.x > 2) AS mt_rows1 FROM c.d.f AS f WHERE NOT f.x IS NULL OR f.x > 2 GROUP BY f.k, f.ds) AS " \
+           "mt_exists0 ON mt_exists0.mt_k0 = d.k + 1 AND mt_exists0.mt_k1 = d.ds WHERE d.v > 1 AND " \
+           "COALESCE(mt_exists0.mt_rows, 0) = 0 AND mt_exists0.mt_rows1 > 0 GROUP BY d.k" in keyed(both, counted)
+    assert type(maintenance(keyed(both, counted))) is Aggregate
+    assert keyed(both.replace("d.ds = g.ds", "d.k = g.ds"), counted).count("LEFT JOIN") == 2    # (other keys)
     for unchanged in [query.replace("f.ds = d.ds", "f.ds < d.ds AND f.x <> d.v"), query.replace("f.ds = d.ds", "f.ds <=> d.ds"),
                       query.replace("c.d.dim d", "c.d.dim AS f"), query.replace("c.d.f f", "c.d.e f")]:
         assert keyed(unchanged, counted) == unchanged
     assert keyed_sources(query) == {"c.d.f"} and keyed_sources(query.replace("c.d.dim d", "c.d.f d")) == set()
+    assert keyed_sources(query.replace("c.d.dim d", "c.d.f d"), aggregates=True) == {"c.d.f"}     # (TPC-H Q21's)
 
 
 def test_an_in_over_the_keys_a_subquery_groups_is_read_as_a_left_join_with_them():
@@ -331,7 +347,7 @@ def test_the_rules_classify_the_shapes():
                      "nested": Aggregate, "antiagg": Aggregate, "rightsum": Aggregate, "custdist": Aggregate,
                      "fullagg": Aggregate, "antilin": Linear, "dimleft": Linear, "fulllin": Linear, "padded": Aggregate,
                      "nokeys": Aggregate, "haskeys": Linear, "valued": Linear, "listed": Aggregate,
-                     "inlin": Linear, "unequal": Linear, "selfvalued": Aggregate,
+                     "inlin": Linear, "unequal": Linear, "otherday": Aggregate, "selfvalued": Aggregate,
                      "unionsum": Aggregate, "unijoin": Linear, "aggunion": Aggregate,
                      "constant": Linear}
     for query, construct in [("SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 1", "OFFSET"),

@@ -61,10 +61,10 @@ def _rows(frame) -> list:
 
 def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_subqueries_read_by_their_keys(spark, gw):
     """Where the sources' partitions make a table keep a LEFT JOIN's padded side's partials below the
-    join (TPC-H Q13's shape), count the keys a NOT EXISTS tests (Q22's; their greatest value one compares),
-    keep a scalar subquery's value per key (Q20's) or the keys an IN lists (Q18's, its table read around it
-    too; a plain IN's values), the maintained plan EXPLAIN and DESCRIBE EXTENDED show says so, not the rule
-    the query's text alone would get."""
+    join (TPC-H Q13's shape), count the keys a NOT EXISTS tests (Q22's; their greatest value one compares,
+    and two over one table by the same keys one aggregate), keep a scalar subquery's value per key (Q20's)
+    or the keys an IN lists (Q18's, its table read around it too; a plain IN's values), the maintained plan
+    EXPLAIN and DESCRIBE EXTENDED show says so, not the rule the query's text alone would get."""
     db = f"spark_catalog.{spark.catalog.currentDatabase()}"
     spark.sql("CREATE TABLE sales (product_id INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("INSERT INTO sales VALUES (1, 10.0, 'd1'), (2, 0.5, 'd1'), (1, 7.0, 'd2')")
@@ -79,7 +79,7 @@ def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_subquerie
                          "GROUP BY product_id HAVING SUM(amount) > 10) GROUP BY ds",
                "bought": "SELECT name FROM dim WHERE id IN (SELECT product_id FROM sales WHERE amount > 1)",
                "undercut": "SELECT name FROM dim d WHERE NOT EXISTS (SELECT 1 FROM sales s WHERE s.product_id = d.id "
-                           "AND s.amount > d.id)"}
+                           "AND s.amount > d.id) AND EXISTS (SELECT 1 FROM sales t WHERE t.product_id = d.id)"}
     for name, query in queries.items():
         gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' HOUR REFRESH_MODE = FULL AS {query}")
     padded = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE per_count REFRESH")[0].rows)["maintained plan"]
@@ -106,9 +106,10 @@ def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_subquerie
                            "the keys an IN lists, grouped (the aggregate): the query above reads them through a LEFT "
                            "JOIN, a value not among them padded with NULL"], bought
     undercut = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE undercut REFRESH")[0].rows)["maintained plan"]
-    assert "aggregate by s.product_id: the change's partials merged (MAX); state: 1 partial per group\nthe keys an " \
-           "EXISTS or NOT EXISTS tests, with the least or greatest value it compares (the aggregate): the query " \
-           "above reads them through a LEFT JOIN, a key without rows padded with NULL" in undercut, undercut
+    assert "aggregate by s.product_id: the change's partials merged (MAX, SUM); state: 2 partials per group\nthe " \
+           "keys an EXISTS or NOT EXISTS tests, counted or with the least or greatest value it compares (the " \
+           "aggregate): the query above reads them through a LEFT JOIN, a key without rows padded with NULL\nseveral " \
+           "subqueries of one table by the same keys: one aggregate, each subquery's rows its own FILTER" in undercut, undercut
 
 
 def test_explain_and_describe_show_the_maintained_plan_operator_by_operator(spark, gw):

@@ -36,6 +36,7 @@ KEYS = "mt_exists"      # the k-th counted keys' alias: mt_exists0, mt_exists1, 
 LISTED = "mt_in"        # the k-th IN list's grouped keys: mt_in0, ...
 VALUES = "mt_scalar"    # the k-th scalar subquery's values per key: mt_scalar0, ...
 KEY = "mt_k"            # their key columns: mt_k0, mt_k1, ...
+PENDING = "mt_pending"  # a test's table until its subquery is joined
 ROWS = "mt_rows"        # each key's rows
 VALUE = "mt_value"      # each key's value of a scalar subquery
 LOWEST, HIGHEST = "mt_lo", "mt_hi"      # each key's least and greatest value compared by an EXISTS
@@ -45,16 +46,17 @@ _PROPAGATING = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Paren, exp.Cast
 _FLIPPED = {exp.NEQ: exp.NEQ, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE}
 
 
-def keyed_sources(query: str) -> set[str]:
+def keyed_sources(query: str, aggregates: bool = False) -> set[str]:
     """The sources EXISTS tests, IN lists of grouped keys and scalar subqueries of one table each read
-    (what `keyed` could read by their keys) — but a table an EXISTS tests that the query reads elsewhere
-    too (the monotone rule maintains the rows it lets pass: `checks.monotone`)."""
+    (what `keyed` could read by their keys) — but, unless the query `aggregates` (TPC-H Q21's `lineitem`,
+    its rows counted where others of their order exist), a table an EXISTS tests that the query reads
+    elsewhere too (the monotone rule maintains the rows it lets pass: `checks.monotone`)."""
     tree = parse(query)
     keyable = [node for node in tree.walk() if _keyable(node)]
     tested = [t for node in keyable for t in tables(node)]
     elsewhere = {identifier(t) for t in tables(tree) if not any(t is u for u in tested)}
     exists = {identifier(t) for node in keyable if isinstance(node, exp.Exists) for t in tables(node)}
-    return {identifier(t) for t in tested} - (elsewhere & exists)
+    return {identifier(t) for t in tested} - (set() if aggregates else elsewhere & exists)
 
 
 def keyed(query: str, counted: Collection[str]) -> str:
@@ -69,24 +71,29 @@ def keyed(query: str, counted: Collection[str]) -> str:
         where = select.args.get("where")
         if where is None:
             continue
-        parts, before = [], found
+        parts, pending, before = [], [], found
         for part in conjuncts(where.this):
-            rewritten = _counted_keys(part, counted, names, f"{KEYS}{found}") or \
-                _listed_keys(part, counted, names, f"{LISTED}{found}")
-            if rewritten is not None:
-                join, part = rewritten
+            counted_keys = _counted_keys(part, counted, names, f"{PENDING}{len(pending)}")
+            listed = None if counted_keys else _listed_keys(part, counted, names, f"{LISTED}{found}")
+            if counted_keys is not None:
+                pending.append(counted_keys)
+                part = counted_keys.read
+            elif listed is not None:
+                join, part = listed
                 select.set("joins", [*(select.args.get("joins") or []), join])
                 found += 1
             for subquery in list(_scalars(part)):
-                valued = _valued_keys(subquery, counted, names, f"{VALUES}{found}")
+                valued = _valued_keys(subquery, counted, names, f"{PENDING}{len(pending)}")
                 if valued is None:
                     continue
-                join, value = valued
-                select.set("joins", [*(select.args.get("joins") or []), join])
-                part = value if subquery is part else part
-                subquery.replace(value)
-                found += 1
+                pending.append(valued)
+                part = valued.read if subquery is part else part
+                subquery.replace(valued.read)
             parts.append(part)
+        for members in _alike(pending):
+            join = _grouped_join(members, f"{members[0].kind}{found}")
+            select.set("joins", [*(select.args.get("joins") or []), join])
+            found += 1
         if found > before:      # (the SELECTs inside it left as they are, to be rewritten in turn)
             where.set("this", exp.and_(*parts, copy=False))
     return sql(tree) if found else query
@@ -155,12 +162,11 @@ def _valued(body: exp.Expression) -> bool:
                                                for c in calls)
 
 
-def _counted_keys(part: exp.Expression, counted: Collection[str], names: list[str],
-                  alias: str) -> tuple[exp.Join, exp.Expression] | None:
-    """The LEFT JOIN of the keys an [NOT] EXISTS conjunct tests and the test of its counted rows, or None
-    where it is not one over a counted source correlated by equalities — and at most one comparison
-    (`l2.s <> l1.s`, TPC-H Q21's): then a key's MIN and MAX of its side are what the test compares
-    (some row's value differs from x exactly where the least or the greatest does; a NULL is none)."""
+def _counted_keys(part: exp.Expression, counted: Collection[str], names: list[str], pending: str) -> _Keyed | None:
+    """The keys an [NOT] EXISTS conjunct tests, counted, and the test of their rows, or None where it is
+    not one over a counted source correlated by equalities — and at most one comparison (`l2.s <>
+    l1.s`, TPC-H Q21's): then a key's MIN and MAX of its side are what the test compares (some row's
+    value differs from x exactly where the least or the greatest does; a NULL is none)."""
     negated = isinstance(part, exp.Not)
     node = part.this if negated else part
     if isinstance(node, exp.Paren):
@@ -170,17 +176,18 @@ def _counted_keys(part: exp.Expression, counted: Collection[str], names: list[st
     correlation = _correlation(node.this, counted, names, compared=True)
     if correlation is None:
         return None
-    if correlation.compared is None:
-        test = exp.Is(this=exp.column(ROWS, table=alias), expression=exp.Null())
-        return _grouped_join(correlation, [exp.alias_(exp.Count(this=exp.Star()), ROWS)], alias), \
-            test if negated else exp.Not(this=test)
+    if correlation.compared is None:        # (a key without rows, or none matching a FILTER: no row)
+        rows = exp.column(ROWS, table=pending)
+        test = exp.EQ(this=exp.func("COALESCE", rows, exp.Literal.number(0)), expression=exp.Literal.number(0)) \
+            if negated else exp.GT(this=rows.copy(), expression=exp.Literal.number(0))
+        return _Keyed(correlation, [exp.alias_(exp.Count(this=exp.Star()), ROWS)], test, KEYS, pending)
     own, comparison, outer = correlation.compared
     bounds = [(LOWEST, exp.Min)] * (comparison in (exp.NEQ, exp.LT, exp.LTE)) + \
         [(HIGHEST, exp.Max)] * (comparison in (exp.NEQ, exp.GT, exp.GTE))
-    tests = [comparison(this=exp.column(name, table=alias), expression=outer.copy()) for name, _ in bounds]
+    tests = [comparison(this=exp.column(name, table=pending), expression=outer.copy()) for name, _ in bounds]
     test = exp.func("COALESCE", exp.or_(*tests), exp.false())
-    join = _grouped_join(correlation, [exp.alias_(bound(this=own.copy()), name) for name, bound in bounds], alias)
-    return join, exp.Not(this=test) if negated else test
+    return _Keyed(correlation, [exp.alias_(bound(this=own.copy()), name) for name, bound in bounds],
+                  exp.Not(this=test) if negated else test, KEYS, pending)
 
 
 def _listed_keys(part: exp.Expression, counted: Collection[str], names: list[str],
@@ -207,14 +214,13 @@ def _listed_keys(part: exp.Expression, counted: Collection[str], names: list[str
     return exp.Join(this=joined, side="LEFT", on=on), exp.Not(this=exp.Is(this=key, expression=exp.Null()))
 
 
-def _valued_keys(subquery: exp.Subquery, counted: Collection[str], names: list[str],
-                 alias: str) -> tuple[exp.Join, exp.Expression] | None:
-    """The LEFT JOIN of a scalar subquery's values per key and the column reading its value, or None."""
+def _valued_keys(subquery: exp.Subquery, counted: Collection[str], names: list[str], pending: str) -> _Keyed | None:
+    """A scalar subquery's value per key and the column reading it, or None."""
     correlation = _correlation(subquery.this, counted, names) if _valued(subquery.this) else None
     if correlation is None:
         return None
-    join = _grouped_join(correlation, [exp.alias_(subquery.this.expressions[0].unalias().copy(), VALUE)], alias)
-    return join, exp.column(VALUE, table=alias)
+    return _Keyed(correlation, [exp.alias_(subquery.this.expressions[0].unalias().copy(), VALUE)],
+                  exp.column(VALUE, table=pending), VALUES, pending)
 
 
 class _Correlation(NamedTuple):
@@ -263,18 +269,66 @@ def _correlation(body: exp.Select, counted: Collection[str], names: list[str],
     return _Correlation(table, keys, local, comparisons[0] if comparisons else None)
 
 
-def _grouped_join(correlation: _Correlation, outputs: list[exp.Expression], alias: str) -> exp.Join:
-    """The correlated table grouped by its keys, `outputs` per key, LEFT JOINed on the equalities."""
-    keys = correlation.keys
-    grouped = exp.select(*(exp.alias_(k.copy(), f"{KEY}{i}") for i, (k, _) in enumerate(keys)), *outputs) \
-        .from_(correlation.table.copy())
-    if correlation.local:
-        grouped = grouped.where(exp.and_(*correlation.local))
-    grouped = grouped.group_by(*(k.copy() for k, _ in keys))
+class _Keyed(NamedTuple):
+    """A subquery read by its keys, before it is joined: what it computes per key, named, and the test or
+    value read in its place (its columns of the table `pending`, named once joined)."""
+
+    correlation: _Correlation
+    outputs: list[exp.Expression]
+    read: exp.Expression
+    kind: str
+    pending: str
+
+
+def _alike(pending: list[_Keyed]) -> list[list[_Keyed]]:
+    """The subqueries of one SELECT by what they group: the same table by the same keys, correlated with
+    the same outer values (TPC-H Q21's EXISTS and NOT EXISTS over `lineitem` by order), computed by one
+    aggregate — an aggregate read as a subquery is maintained, two are not."""
+    alike: dict[tuple[str, frozenset[tuple[str, str]]], list[_Keyed]] = {}
+    for keyed_ in pending:
+        correlation = keyed_.correlation
+        keys = frozenset((_renamed(own, correlation, KEY).sql(), outer.sql()) for own, outer in correlation.keys)
+        alike.setdefault((identifier(correlation.table), keys), []).append(keyed_)
+    return list(alike.values())
+
+
+def _grouped_join(members: list[_Keyed], alias: str) -> exp.Join:
+    """The correlated table grouped by its keys, each member's outputs per key (each over its own rows,
+    a FILTER, where several share the group), LEFT JOINed on the equalities; each member's test or value
+    reads its outputs there."""
+    first = members[0].correlation
+    inner = first.table.alias_or_name
+    outputs, wheres = [], []
+    for number, member in enumerate(members):
+        local = [_renamed(c, member.correlation, inner) for c in member.correlation.local]
+        wheres.append(exp.and_(*local) if local else None)
+        for output in member.outputs:
+            name = f"{output.alias}{number or ''}"
+            value = _renamed(output.this, member.correlation, inner)
+            if len(members) > 1 and local:
+                value = value.transform(lambda n: exp.Filter(this=n.copy(), expression=exp.Where(this=exp.and_(
+                    *(c.copy() for c in local)))) if isinstance(n, exp.AggFunc) else n)
+            outputs.append(exp.alias_(value, name))
+            for column in member.read.find_all(exp.Column):
+                if column.table == member.pending and column.name == output.alias:
+                    column.set("table", exp.to_identifier(alias))
+                    column.set("this", exp.to_identifier(name))
+    grouped = exp.select(*(exp.alias_(k.copy(), f"{KEY}{i}") for i, (k, _) in enumerate(first.keys)), *outputs) \
+        .from_(first.table.copy())
+    if all(wheres):
+        grouped = grouped.where(exp.or_(*wheres) if len(wheres) > 1 else wheres[0])
+    grouped = grouped.group_by(*(k.copy() for k, _ in first.keys))
     on = exp.and_(*(exp.EQ(this=exp.column(f"{KEY}{i}", table=alias), expression=outer.copy())
-                    for i, (_, outer) in enumerate(keys)))
+                    for i, (_, outer) in enumerate(first.keys)))
     return exp.Join(this=exp.Subquery(this=grouped, alias=exp.TableAlias(this=exp.to_identifier(alias))),
                     side="LEFT", on=on)
+
+
+def _renamed(node: exp.Expression, correlation: _Correlation, inner: str) -> exp.Expression:
+    """`node` (of a correlated subquery) with its own table's columns naming `inner` instead."""
+    own = correlation.table.alias_or_name.lower()
+    return node.copy().transform(lambda n: exp.column(n.name, table=inner, quoted=n.this.quoted)
+                                 if isinstance(n, exp.Column) and _inner(n, own) else n)
 
 
 def _inner(column: exp.Column, inner: str) -> bool:

@@ -11,7 +11,7 @@ from mt_magic.incremental.below_join import Below
 from mt_magic.incremental.checks import (HELD_FILTER, HELD_VALUE, Appended, Monotone, held_still, join_words,
                                          monotone)
 from mt_magic.incremental.distinct import DistinctCount
-from mt_magic.incremental.keyed_subqueries import HIGHEST, KEYS, LISTED, LOWEST, VALUES
+from mt_magic.incremental.keyed_subqueries import HIGHEST, KEY, KEYS, LISTED, LOWEST, ROWS, VALUE, VALUES
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import identifier, sql, subquery_expression, tables
 from mt_magic.incremental.rules import (Recompute, Rule, appendable_held, held_sources, monotone_occurrences,
@@ -44,6 +44,30 @@ def maintained_plan(rule: Rule, layout: Below | None = None) -> list[str]:
     return [*_input(rule.select, stuck, takes_away(rule), layout), *_aggregated(rule)]
 
 
+def _keyed(rule: Aggregate) -> list[str]:
+    """The lines of subqueries read by their keys (`keyed_subqueries`): what the aggregate computes for each."""
+    if not rule.above or not any(kind in rule.above for kind in (KEYS, LISTED, VALUES)):
+        return []
+    named = [n for n in rule.select.named_selects if not n.startswith(KEY)]
+    outputs = {n.rstrip("0123456789") for n in named}
+    lines = []
+    if outputs & {ROWS, LOWEST, HIGHEST}:
+        counted = " or ".join(["counted"] * (ROWS in outputs) +
+                              ["with the least or greatest value it compares"] * bool(outputs & {LOWEST, HIGHEST}))
+        lines.append(f"the keys an EXISTS or NOT EXISTS tests, {counted} (the aggregate): the query above reads "
+                     "them through a LEFT JOIN, a key without rows padded with NULL")
+    if LISTED in rule.above:
+        lines.append("the keys an IN lists, grouped (the aggregate): the query above reads them through a LEFT "
+                     "JOIN, a value not among them padded with NULL")
+    if VALUE in outputs:
+        lines.append("the value a scalar subquery computes, per key of its correlation (the aggregate): the query "
+                     "above reads it through a LEFT JOIN, a key without rows padded with NULL as the subquery's value is")
+    if any(n[-1].isdigit() for n in named):
+        lines.append("several subqueries of one table by the same keys: one aggregate, each subquery's rows its own "
+                     "FILTER")
+    return lines
+
+
 def _aggregated(rule: Aggregate) -> list[str]:
     by = ", ".join(rule.written_keys) or "the one group"
     values = rule.keys[len(rule.written_keys):]
@@ -62,17 +86,7 @@ def _aggregated(rule: Aggregate) -> list[str]:
         lines.append("HAVING: applied to the merged groups")
     if rule.limit:
         lines.append(f"ORDER BY … LIMIT {rule.limit}: the first rows taken again from every group")
-    if rule.above and KEYS in rule.above:
-        counted = "with the least or greatest value it compares" if {LOWEST, HIGHEST} & set(rule.select.named_selects) \
-            else "counted"
-        lines.append(f"the keys an EXISTS or NOT EXISTS tests, {counted} (the aggregate): the query above reads "
-                     "them through a LEFT JOIN, a key without rows padded with NULL")
-    if rule.above and LISTED in rule.above:
-        lines.append("the keys an IN lists, grouped (the aggregate): the query above reads them through a LEFT "
-                     "JOIN, a value not among them padded with NULL")
-    if rule.above and VALUES in rule.above:
-        lines.append("the value a scalar subquery computes, per key of its correlation (the aggregate): the query "
-                     "above reads it through a LEFT JOIN, a key without rows padded with NULL as the subquery's value is")
+    lines.extend(_keyed(rule))
     if rule.above:
         lines.extend(f"scan {source}: read whole by the query above the aggregate, each refresh " +
                      ("(its change is the aggregate's, as above)" if source in rule.aggregated else

@@ -132,12 +132,12 @@ class Chooser:
         return rule if isinstance(rule, Recompute) else self._judged(table, rule)
 
     def _counted(self, rule: Rule, query: str) -> set[str]:
-        """The sources EXISTS tests, IN lists and scalar subqueries read by their keys (`keyed_subqueries`):
-        partitioned ones, where the query reads no other partitioned source or aggregates (its data is
-        written whole either way; the rows around read whole, TPC-H Q4's orders)."""
-        tested = keyed_sources(query) & set(rule.sources) if not isinstance(rule, Recompute) else set()
+        """The sources subqueries read by their keys (`keyed_subqueries`): partitioned ones, where the query reads
+        no other partitioned source or aggregates (written whole either way; TPC-H Q4's orders read whole)."""
+        aggregates = isinstance(rule, Aggregate)
+        tested = keyed_sources(query, aggregates) & set(rule.sources) if not isinstance(rule, Recompute) else set()
         partitioned = {source for source in rule.sources if self._partitioned(source)} if tested else set()
-        return tested & partitioned if partitioned <= tested or isinstance(rule, Aggregate) else set()
+        return tested & partitioned if partitioned <= tested or aggregates else set()
 
     def _partitioned(self, source: str) -> bool:
         """Whether a source is partitioned: a materialized table's keys, else what Spark's catalog says."""
