@@ -327,7 +327,7 @@ def _grouped_join(members: list[_Keyed], alias: str) -> exp.Join:
 def _renamed(node: exp.Expression, correlation: _Correlation, inner: str) -> exp.Expression:
     """`node` (of a correlated subquery) with its own table's columns naming `inner` instead."""
     own = correlation.table.alias_or_name.lower()
-    return node.copy().transform(lambda n: exp.column(n.name, table=inner, quoted=n.this.quoted)
+    return node.copy().transform(lambda n: exp.Column(this=n.this.copy(), table=exp.to_identifier(inner))
                                  if isinstance(n, exp.Column) and _inner(n, own) else n)
 
 
