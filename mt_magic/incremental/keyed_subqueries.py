@@ -3,24 +3,25 @@ aggregated by the keys that correlate it (or that it lists).
 
 `WHERE NOT EXISTS (SELECT * FROM orders WHERE o_custkey = c_custkey)` (TPC-H Q22's customers without
 orders) is `LEFT JOIN (SELECT o_custkey AS mt_k0, COUNT(*) AS mt_rows FROM orders GROUP BY o_custkey) AS
-mt_exists0 ON mt_exists0.mt_k0 = c_custkey WHERE mt_exists0.mt_rows IS NULL`: a key with rows exists, one
-without is NULL on the padded side, and a NULL key matches no row either way; correlated by one comparison
-besides (Q21's `l2.l_suppkey <> l1.l_suppkey`), each key's MIN and MAX of its side are compared instead. A
-scalar subquery (`ps_availqty > (SELECT 0.5 * SUM(l_quantity) FROM lineitem WHERE l_partkey = ps_partkey
-AND …)`, Q20) is its value per key the same way (`… AS mt_value … GROUP BY l_partkey, l_suppkey) AS
-mt_scalar0`), where that value is NULL over no rows as the subquery's is: arithmetic over SUM, AVG, MIN
-and MAX alone (a COUNT is 0 there, a COALESCE anything). An IN over the one column a subquery groups by
-(`o_orderkey IN (SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)`, Q18)
-lists each key once: `… AS mt_in0 ON mt_in0.mt_k0 = o_orderkey WHERE mt_in0.mt_k0 IS NOT NULL`; a plain IN
-(a semi-join) lists its values so, grouped. Each LEFT JOIN matches an outer row once at most, so any place
-in WHERE may read it. The grouped source is an aggregate read as a subquery (`nested`): kept per partition
-of its source, an append adds to it, a rewritten partition's partials are retracted (a key whose rows all
-left is gone), and the query around it is computed again over it and its own tables, read whole (a change
-of those only it reads needs nothing more: `rules.above_only`; the subquery's table may be one of them,
-TPC-H Q17's). So the rewrite is asked for (`keyed`) where the source in the subquery is partitioned — what
-changes — and the tables around it are not, or the query aggregates (`Chooser._counted`); a linear query
-over a changing outer table keeps the rule that maintains the outer rows' own change
-(`checks.monotone`)."""
+mt_exists0 ON mt_exists0.mt_k0 = c_custkey WHERE COALESCE(mt_exists0.mt_rows, 0) = 0`: a key with rows
+exists, one without is NULL on the padded side, and a NULL key matches no row either way; correlated by
+one comparison besides (Q21's `l2.l_suppkey <> l1.l_suppkey`), each key's MIN and MAX of its side are
+compared instead. Several over one table by the same keys (Q21's EXISTS and NOT EXISTS) are one aggregate,
+each subquery's rows counted by a FILTER of its own (so a key's count may be 0). A scalar subquery
+(`ps_availqty > (SELECT 0.5 * SUM(l_quantity) FROM lineitem WHERE l_partkey = ps_partkey AND …)`, Q20) is
+its value per key the same way (`… AS mt_value … GROUP BY l_partkey, l_suppkey) AS mt_scalar0`), where
+that value is NULL over no rows as the subquery's is: arithmetic over SUM, AVG, MIN and MAX alone (a COUNT
+is 0 there, a COALESCE anything). An IN over the one column a subquery groups by (`o_orderkey IN (SELECT
+l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)`, Q18) lists each key once: `…
+AS mt_in0 ON mt_in0.mt_k0 = o_orderkey WHERE mt_in0.mt_k0 IS NOT NULL`; a plain IN (a semi-join) lists its
+values so, grouped. Each LEFT JOIN matches an outer row once at most, so any place in WHERE may read it.
+The grouped source is an aggregate read as a subquery (`nested`): kept per partition of its source, an
+append adds to it, a rewritten partition's partials are retracted (a key whose rows all left is gone), and
+the query around it is computed again over it and its own tables, read whole (a change of those only it
+reads needs nothing more: `rules.above_only`; the subquery's table may be one of them, TPC-H Q17's). So
+the rewrite is asked for (`keyed`) where the source in the subquery is partitioned — what changes — and
+the tables around it are not, or the query aggregates (`Chooser._counted`); a linear query over a changing
+outer table keeps the rule that maintains the outer rows' own change (`checks.monotone`)."""
 
 from __future__ import annotations
 
