@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from jupyter_client.manager import start_new_kernel
+
+# What no user ever reads: py4j, gRPC and JVM text.
+BRIDGE_TEXT = re.compile(r"py4j|grpc|JVM|An error occurred while calling|\bo\d+\.\w+|Traceback|\tat |"
+                         r"java\.|org\.apache\.|_MultiThreadedRendezvous|debug_error_string|StatusCode", re.I)
 
 
 def table_rows(spark, table: str) -> set[tuple]:
@@ -81,3 +87,21 @@ def kernels(folder: Path) -> Iterator[Callable[..., object]]:
         for manager, client in started:
             client.stop_channels()
             manager.shutdown_kernel(now=True)
+
+
+@contextmanager
+def cancelled_throughout(spark, group: str) -> Iterator[set[str]]:
+    """Runs the block while another thread cancels `group` without pause, as a user's cancel landing
+    on that very step; yields the job groups (Connect: tags) the block's thread has at its start."""
+    from mt_magic.spark.jobs import cancel_jobs
+    from mt_magic.spark.kind import is_connect
+    active = set(spark.getTags()) if is_connect(spark) else (
+        {spark.sparkContext.getLocalProperty("spark.jobGroup.id")} - {None})
+    stop = threading.Event()
+    canceller = threading.Thread(target=lambda: [cancel_jobs(spark, group) for _ in iter(stop.is_set, True)])
+    canceller.start()
+    try:
+        yield active
+    finally:
+        stop.set()
+        canceller.join(30)

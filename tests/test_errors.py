@@ -3,16 +3,12 @@ session and in both --dry-run and execute: no py4j, gRPC or JVM text ever reache
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from pyspark.errors import PySparkException
 
 from mt_magic import Gateway, MaterializedTableError
 from mt_magic.spark.streaming import start_stream
-
-BRIDGE_TEXT = re.compile(r"py4j|grpc|JVM|An error occurred while calling|\bo\d+\.\w+|Traceback|\tat |"
-                         r"java\.|_MultiThreadedRendezvous|debug_error_string|StatusCode", re.I)
+from helpers import BRIDGE_TEXT
 
 FAILING = [
     ("CREATE MATERIALIZED TABLE w (WATERMARK FOR ds AS ds) AS SELECT * FROM sales", "must be a TIMESTAMP"),

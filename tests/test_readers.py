@@ -8,7 +8,9 @@ import pytest
 from pyspark.sql import functions as F
 
 from mt_magic.spark.tables import set_table_location
+from mt_magic.storage import versions
 from mt_magic.spark.kind import is_connect
+from helpers import cancelled_throughout
 
 
 @pytest.mark.parametrize("partitioned", [False, True])
@@ -64,6 +66,31 @@ def test_a_publish_never_lists_again_what_a_reader_of_the_session_has_listed(spa
     if not is_connect(spark):
         assert discovered.getCount() == before
     assert spark.table("t").count() == 7
+
+
+@pytest.mark.parametrize("technique", ["full", "incremental"])
+def test_a_cancel_landing_as_a_refresh_publishes_leaves_the_table_readable(spark, gw, db, monkeypatch, technique):
+    """A refresh undoes its version when its publish raises. Over Spark Connect a cancel (DROP, a
+    closing service) landing as the server completed SET LOCATION made the client raise for a switch
+    that happened, and the undo deleted the version the table then read. The publish runs in no job
+    group: a cancel landing on it is not applied (a FULL refresh, and an incremental one)."""
+    spark.sql("CREATE TABLE src (k STRING, n INT) USING parquet")
+    spark.sql("INSERT INTO src VALUES ('a', 1)")
+    gw.execute(f"CREATE MATERIALIZED TABLE mt WITH ('refresh.policy' = '{technique}') FRESHNESS = INTERVAL "
+               "'1' DAY REFRESH_MODE = FULL AS SELECT k, SUM(n) AS n FROM src GROUP BY k")
+    steps = []
+
+    def switch(spark_, quoted, location, what):
+        with cancelled_throughout(spark, f"mt_magic:spark_catalog.{db}.mt") as active:
+            steps.append(active)
+            set_table_location(spark_, quoted, location, what)
+
+    monkeypatch.setattr(versions, "set_table_location", switch)
+    spark.sql("INSERT INTO src VALUES ('a', 2), ('b', 5)")
+    [result] = gw.execute("ALTER MATERIALIZED TABLE mt REFRESH")
+    monkeypatch.undo()
+    assert steps == [set()] and gw.history("mt", limit=1)[0]["technique"] == technique, (steps, result.message)
+    assert {tuple(r) for r in spark.table("mt").collect()} == {("a", 3), ("b", 5)}
 
 
 @pytest.mark.parametrize("strategy", ["stream", "recompute"])

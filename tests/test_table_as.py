@@ -19,7 +19,7 @@ from mt_magic.catalog.pending import PendingWrites
 from mt_magic.storage.table_as import VERSIONS_PROPERTY, table_properties
 from mt_magic.spark.jobs import cancel_jobs
 from mt_magic.sql import statements as st
-from helpers import table_rows
+from helpers import BRIDGE_TEXT, cancelled_throughout, table_rows
 
 FAILING = "SELECT id, IF(id = 7, raise_error('bad row'), CAST(id % 3 AS STRING)) AS g FROM range(10)"
 
@@ -258,7 +258,32 @@ def test_cancelled_ctas_leaves_nothing(spark, gw, db):
         cancel_jobs(spark, group)
         worker.join(0.2)
     assert len(errors) == 1 and isinstance(errors[0], MaterializedTableError)
+    assert "cancel" in str(errors[0]).lower() and not BRIDGE_TEXT.search(str(errors[0])), str(errors[0])
     assert tables(spark, db) == set() and folder_entries(spark, db) == before
+
+
+def test_a_cancel_landing_as_ctas_publishes_is_not_applied_halfway(spark, gw, db, monkeypatch):
+    """Over Spark Connect a cancel reaches catalog commands too: one landing as the server completed
+    the RENAME made the client raise for a rename that happened, and the undo then deleted the files of
+    the table it had published (once in CI). A cancel stops the write; the renames, the location
+    switch and their undoing run in no job group, and a cancel landing on them changes nothing."""
+    group, real_sql, steps = f"mt_magic:ctas:spark_catalog.{db}.t", spark.sql, []
+
+    def sql(text: str, *args, **kwargs):
+        if " RENAME TO " in text or " SET LOCATION " in text or text.startswith("DROP TABLE"):
+            with cancelled_throughout(spark, group) as active:
+                steps.append((text.split()[3 if "RENAME" in text or "LOCATION" in text else 2], active))
+                return real_sql(text, *args, **kwargs)
+        return real_sql(text, *args, **kwargs)
+
+    monkeypatch.setattr(spark, "sql", sql)
+    gw.execute("CREATE TABLE t AS SELECT 1 AS a")
+    gw.execute("CREATE OR REPLACE TABLE t AS SELECT 2 AS a, 'x' AS b")     # the old renamed aside
+    gw.execute("CREATE OR REPLACE TABLE t AS SELECT 3 AS a, 'y' AS b")     # a location switch
+    monkeypatch.undo()
+    assert len(steps) >= 4 and all(active == set() for _, active in steps), steps
+    assert table_rows(spark, "t") == {(3, "y")} and tables(spark, db) == {"t"}
+    assert versions_of(spark, "t")[1]
 
 
 def versions_of(spark, name: str) -> tuple[str, list[str]]:

@@ -28,7 +28,8 @@ def _grpc_error() -> tuple[type[BaseException], ...]:
 SPARK_ERRORS: tuple[type[BaseException], ...] = (PySparkException, Py4JError) + _grpc_error()
 
 _BRIDGE_TEXT = re.compile(r"An error occurred while calling [\w.$]+\.\s*(:\s*)?")
-_JAVA_CLASS = re.compile(r"^(?:[a-z]+\.)+[A-Za-z]+(?:Exception|Error): ")
+# A JVM exception's class before its message: "java.x.FooException: …" (py4j), "(org.x.FooException) …" (Connect)
+_JAVA_CLASS = re.compile(r"^(?:(?:[a-z]+\.)+[A-Za-z]+(?:Exception|Error): |\((?:[a-z]+\.)+[A-Za-z]+(?:Exception|Error)\) )")
 _POSITION = re.compile(r";\s*line \d+ pos \d+$")
 
 

@@ -21,6 +21,9 @@ JOB_OBSERVER: ContextVar[Callable[[Any, str, str], AbstractContextManager] | Non
     "mt_magic_job_observer", default=None)
 
 
+_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+
+
 def _tag(group: str) -> str:
     return group.replace(",", ";")      # a Connect tag holds no comma
 
@@ -40,10 +43,34 @@ def job_scope(spark: Any, group: str, description: str) -> Iterator[None]:
         if is_connect(spark):
             spark.removeTag(_tag(group))
         else:
-            context = spark.sparkContext
-            context.setLocalProperty("spark.jobGroup.id", None)
-            context.setLocalProperty("spark.job.description", None)
-            context.setLocalProperty("spark.job.interruptOnCancel", None)
+            for key in _GROUP_PROPERTIES:
+                spark.sparkContext.setLocalProperty(key, None)
+
+
+@contextmanager
+def uninterrupted(spark: Any) -> Iterator[None]:
+    """Steps that publish (catalog changes, and their undoing) outside any job group: a cancel stops
+    the jobs that compute, never a publish halfway. Over Spark Connect an interrupt reaches catalog
+    commands too, and one landing as the server completes a RENAME or SET LOCATION makes the client
+    raise for a change that happened — its caller would then undo a change it believes failed."""
+    if is_connect(spark):
+        tags = spark.getTags()
+        spark.clearTags()
+        try:
+            yield
+        finally:
+            for tag in tags:
+                spark.addTag(tag)
+        return
+    context = spark.sparkContext
+    saved = {key: context.getLocalProperty(key) for key in _GROUP_PROPERTIES}
+    for key in _GROUP_PROPERTIES:
+        context.setLocalProperty(key, None)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            context.setLocalProperty(key, value)
 
 
 def group_jobs(spark: Any, group: str) -> frozenset[int] | None:

@@ -33,6 +33,7 @@ from mt_magic.spark.commands import command_rows
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files, files_for
 from mt_magic.spark.frames import counting_rows
+from mt_magic.spark.jobs import uninterrupted
 from mt_magic.spark.session_catalog import SESSION_CATALOG
 from mt_magic.sql.statements import quote_identifier, sql_string
 
@@ -137,10 +138,12 @@ def write_table_as(spark: Any, frame: DataFrame, target: TableAsTarget, pending:
         if properties:
             spark.sql(f"ALTER TABLE {target.quoted(staging)} SET TBLPROPERTIES (" + ", ".join(
                 f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items()) + ")")
-        _swap_in(spark, target, staging, backup)
+        with uninterrupted(spark):      # a cancel stops the write: never the swap, nor its undoing
+            _swap_in(spark, target, staging, backup)
     except BaseException:
-        _remove_staging(spark, files, target, staging, location if location is not None and not location_existed
-                        else None)
+        with uninterrupted(spark):
+            _remove_staging(spark, files, target, staging,
+                            location if location is not None and not location_existed else None)
         if location_existed:
             for entry in files.list(location):
                 files.delete(entry.path)

@@ -24,6 +24,7 @@ from mt_magic.spark.tables import (partition_clause, partition_locations, partit
                                     switch_partition_locations, switches_partitions_at_once, table_facts)
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Listing, files_for
+from mt_magic.spark.jobs import uninterrupted
 from mt_magic.spark.types import type_from_json, type_sql
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.storage.ddl import add_partitions_sql, create_table_sql, partitions_apart
@@ -160,7 +161,13 @@ class TableStorage:
         return listing
 
     def publish(self, table: MaterializedTable, version: str, target: Target) -> Storage:
-        """Make `version` what readers see: the whole table, or the partitions the target matches."""
+        """Make `version` what readers see: the whole table, or the partitions the target matches. A
+        cancel of the refresh's jobs does not reach it (`uninterrupted`): the caller discards `version`
+        when this raises, which must mean nothing points at it."""
+        with uninterrupted(self.spark):
+            return self._publish(table, version, target)
+
+    def _publish(self, table: MaterializedTable, version: str, target: Target) -> Storage:
         storage = table.storage
         if table.identifier in self._deferred:
             self._deferred.discard(table.identifier)
