@@ -139,12 +139,13 @@ SHAPES = {   # name → (query, the plain sources it reads)
                "LEFT JOIN dim d ON d.id = p.product_id "
                "WHERE p.total IS NULL OR p.total >= (SELECT MIN(total) FROM per) GROUP BY d.name", {"sales", "dim"}),
     # An aggregate over a UNION ALL and a join with one (an append to one side changes its rows alone), a UNION
-    # ALL of aggregates (one aggregate keyed by branch; a global one's group there without rows), and of constants.
+    # ALL of aggregates (one aggregate keyed by branch; a global one's group there without rows; an output Spark
+    # names, `sum(amount)`), and of constants.
     "unionsum": ("SELECT k, COUNT(*) AS n, SUM(v) AS total FROM (SELECT ds AS k, amount AS v FROM sales "
                  "UNION ALL SELECT name, id FROM dim) AS u GROUP BY k", {"sales", "dim"}),
     "unijoin": ("SELECT d.name, u.v FROM dim d JOIN (SELECT product_id AS k, amount AS v FROM sales UNION ALL "
                 "SELECT id, id * 1.5 FROM dim) AS u ON u.k = d.id", {"sales", "dim"}),
-    "aggunion": ("SELECT ds AS k, SUM(amount) AS total, COUNT(*) AS n FROM sales GROUP BY ds HAVING COUNT(*) > 1 "
+    "aggunion": ("SELECT ds AS k, SUM(amount), COUNT(*) AS n FROM sales GROUP BY ds HAVING COUNT(*) > 1 "
                  "UNION ALL SELECT name, SUM(id), COUNT(DISTINCT id) FROM dim GROUP BY 1 "
                  "UNION ALL SELECT 'all', SUM(amount), COUNT(*) FILTER (WHERE amount > 2) FROM sales", {"sales", "dim"}),
     "constant": ("SELECT 'none' AS ds, 0 AS product_id UNION ALL SELECT ds, product_id FROM sales WHERE amount > 2",
@@ -371,7 +372,10 @@ def test_the_rules_classify_the_shapes():
                              ("SELECT a + 1 FROM t UNION ALL SELECT 1 + 1", "a query without FROM"),
                              ("SELECT a, SUM(b) AS s FROM t GROUP BY a UNION ALL SELECT c FROM u", "aggregate under UNION ALL"),
                              ("SELECT a, SUM(b) AS s FROM t GROUP BY a UNION ALL SELECT c, d FROM u GROUP BY c",
-                              "the column d, neither grouped nor aggregated")]:
+                              "the column d, neither grouped nor aggregated"),
+                             # read by a query above, an output Spark names (`sum(b)`) is read by no name here
+                             ("SELECT k FROM (SELECT a AS k, SUM(b) FROM t GROUP BY a UNION ALL SELECT c, SUM(d) FROM u "
+                              "GROUP BY c) x", "UNION whose columns are not all named")]:
         found = maintenance(query)
         assert isinstance(found, Recompute) and construct in found.reason, (query, found)
     # A subquery expression's own aggregate or window is its own: the query is linear in what it filters.

@@ -24,7 +24,8 @@ INPUTS = "mt_branches"
 
 def branched(tree: exp.Expression) -> exp.Expression:
     """`tree` with each UNION ALL whose branches all aggregate written as one aggregate."""
-    return tree.transform(lambda node: _combined(node) if _aggregates_only(node) else node)
+    return tree.transform(lambda node: _combined(node, whole=node.parent is None) if _aggregates_only(node)
+                          else node)
 
 
 def _aggregates_only(node: exp.Expression) -> bool:
@@ -52,9 +53,11 @@ def _aggregating(branch: exp.Expression) -> bool:
         not isinstance(call.parent, exp.Window) for call in own(branch, exp.AggFunc)))   # (a window's is not)
 
 
-def _combined(union: exp.Union) -> exp.Select:
+def _combined(union: exp.Union, whole: bool) -> exp.Select:
+    """`whole`: the union is the query, whose outputs the table names by position (its query columns):
+    an output the first branch leaves unnamed (`SUM(v)`, which Spark names itself) needs no name here."""
     branches = [_Branch(b, k) for k, b in enumerate(_branches(union) or [])]
-    names = [_name(e) for e in branches[0].select.expressions]
+    names = [_name(e, k if whole else None) for k, e in enumerate(branches[0].select.expressions)]
     if any(len(b.outputs) != len(names) for b in branches):
         raise NotMaintainable("a UNION ALL of aggregates with different numbers of columns")
     slots = [name for b in branches for name, _ in b.slots]
@@ -162,7 +165,10 @@ def _when(real: exp.Column, value: exp.Expression) -> exp.Expression:
     return exp.Case(ifs=[exp.If(this=exp.Is(this=real.copy(), expression=exp.Not(this=exp.Null())), true=value)])
 
 
-def _name(output: exp.Expression) -> str:
+def _name(output: exp.Expression, position: int | None) -> str:
+    """An output's name; unnamed, `mt_output<position>` where a position names it, else no rule."""
     if isinstance(output, exp.Alias) or (isinstance(output, exp.Column) and not output.is_star):
         return output.alias_or_name
+    if position is not None and not isinstance(output, exp.Star):
+        return f"mt_output{position}"
     raise NotMaintainable("a UNION whose columns are not all named")
