@@ -33,21 +33,18 @@ demo: setup
 # process tests beside them, 42:43 each (the whole fresh-clone CI 44 minutes, against 49 before).
 # The tests that start their own processes (services, kernels, killed workers; marked `processes`) run
 # once, beside the passes, from the start: they mostly wait for their processes (alone they took over
-# 20 minutes). Their output follows the passes'; any pass failing fails the command. Those share the machine's two
-# cores, so their JVMs and the classic pass's compile with the quick compiler only (SPARK_SUBMIT_OPTS;
-# measured: a service-like process of seconds to a minute spends 45 % less CPU; the classic pass's
-# JVM, on two test files, 13 % less at the same speed alone). The Connect pass keeps the default
-# compiler (on those files: 8 % more CPU but 5 % faster).
+# 20 minutes). Their output follows the passes'; any pass failing fails the command. Every JVM the
+# tests start runs with the quick compiler only, a larger code cache and the serial collector
+# (SPARK_SUBMIT_OPTS, set in tests/conftest.py, where the reasons and figures are).
 TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python
-QUICK := SPARK_SUBMIT_OPTS=-XX:TieredStopAtLevel=1
 test: setup chromium $(BROWSER)/node_modules/.package-lock.json
 	$(BIN)/lint-imports --no-cache
 	log=$$(mktemp); connect_log=$$(mktemp); \
-	$(TEST_ENV) $(QUICK) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m processes \
+	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m processes \
 	  --basetemp=$$(mktemp -d) >$$log 2>&1 & processes=$$!; \
 	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) MT_MAGIC_SPARK_REMOTE='local[2]' $(BIN)/python -m pytest -q \
 	  -m 'not processes' tests >$$connect_log 2>&1 & connect=$$!; \
-	$(TEST_ENV) $(QUICK) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m 'not processes'; classic=$$?; \
+	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m 'not processes'; classic=$$?; \
 	wait $$connect; connect_passed=$$?; wait $$processes; separate=$$?; \
 	echo "--- the Connect pass:"; cat $$connect_log; \
 	echo "--- tests that start their own processes:"; cat $$log; \
