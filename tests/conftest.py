@@ -27,12 +27,13 @@ _counter = itertools.count()
 # tables — EXPRESSION_DECODING_FAILED on `catalog.Table`.) The benchmarks keep Spark's defaults.
 os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.sql.codegen.wholeStage=false pyspark-shell")
 
-# Their JVMs are short-lived and share two cores: where their CPU went, read from the threads of the
-# classic pass's JVM and the Connect server's during a CI run, was code cache sweeping (19 %), garbage
-# collection (15 %, 22 % Connect) and, on the Connect server, C2 compiling (52 %) — Spark loads a class
-# for each query it generates code for. So: the quick compiler only, a code cache that does not fill
-# (48 MB with it), the serial collector. Measured alone, the stateful test of every shape: the classic
-# JVM 145 → 90 s of CPU (218 → 187 s), the Connect server's 237 → 123 s (192 → 182 s).
+# Those JVMs run thousands of small, different queries on two shared cores. Where their CPU went, read
+# from the threads of the classic pass's JVM and the Connect server's during a CI run: code cache
+# sweeping (19 %), garbage collection (15 %; Connect 22 %) and, on the Connect server, C2 compiling
+# (52 %) — Spark loads a class for each query it generates code for. So: the quick compiler only, a
+# code cache that does not fill (48 MB with it), the serial collector. Measured alone, the stateful test
+# of every shape: the classic JVM 145 → 90 s of CPU (218 → 187 s), the Connect server's 237 → 123 s
+# (192 → 182 s); fresh-clone CI 36:50 → 27:53.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX:+UseSerialGC")
 
 # Property tests: on CI a few dozen examples each, reproducible (derandomized), no deadline (a shared
