@@ -453,6 +453,7 @@ def test_the_rules_classify_the_shapes():
         assert kept in term.tree.sql(dialect="spark"), query
 
 
+@pytest.mark.rules
 def test_an_append_to_a_table_read_in_exists_and_in_lets_old_rows_pass_incrementally(spark, gw):
     """A linear table filtered by an EXISTS and an IN over another table: rows appended to that one let
     old rows pass (an IN over a NULL was not TRUE, and is where a match arrives), refreshed incrementally
@@ -480,6 +481,7 @@ def test_an_append_to_a_table_read_in_exists_and_in_lets_old_rows_pass_increment
     assert _multiset(spark.table("passing").collect()) == _multiset(spark.sql(query).collect())
 
 
+@pytest.mark.rules
 def test_an_append_that_stops_rows_is_taken_from_an_aggregates_state(spark, gw):
     """An aggregate whose partials subtract, over a table filtered by a NOT EXISTS and a NOT IN of another
     one, or by a LEFT ANTI JOIN of it: rows appended to that one stop old rows (a NULL in a NOT IN's list
@@ -530,6 +532,7 @@ def _refresh_each(spark, gw, queries: dict[str, str], source: str, recomputing: 
         assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect()), name
 
 
+@pytest.mark.rules
 def test_a_day_rewritten_as_it_was_beside_a_table_read_above_computes_the_query_above_again(spark, gw):
     """A table whose aggregate reads a day-partitioned source, under a query above it that reads another
     table: a day rewritten with its rows as they were retracts partials equal to those kept — the
@@ -553,6 +556,7 @@ def test_a_day_rewritten_as_it_was_beside_a_table_read_above_computes_the_query_
         [("b", 1, 3), (None, 1, 4)]
 
 
+@pytest.mark.rules
 def test_an_append_that_stops_rows_takes_them_from_a_linear_tables_files(spark, gw):
     """A linear table's rows an append stops (NOT EXISTS, NOT IN with a NULL now and then) or unpads (a LEFT
     JOIN's padded rows its match replaces) are taken from its files: the rows kept by the source partition
@@ -608,6 +612,7 @@ def tables(spark, gw):
     return gw
 
 
+@pytest.mark.rules
 def test_an_aggregates_state_rides_in_its_data_files_unless_having_filters_groups(spark, gw):
     """One write makes data and state where the data has a row per group: the state's columns are in the
     data's files, and the table does not show them; a state column the data holds as it is (a key, a
@@ -650,6 +655,7 @@ def test_a_partitioned_aggregate_rewrites_only_the_partitions_its_change_touches
         assert _multiset(spark.table("parts").collect()) == _multiset(spark.sql(query).collect())
 
 
+@pytest.mark.rules
 def test_a_reprocessed_day_is_retracted_a_compacted_one_publishes_nothing_and_a_source_mostly_rewritten_is_recomputed(
         spark, gw):
     """An aggregate over a day-partitioned source keeps its partials per day (a COUNT(DISTINCT …) its
@@ -748,6 +754,7 @@ def test_a_reprocessed_day_is_retracted_a_compacted_one_publishes_nothing_and_a_
         assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect())
 
 
+@pytest.mark.rules
 def test_a_table_over_a_table_that_retracted_rows_receives_the_retraction(spark, gw):
     """A chain: `days` keeps its rows by the day of its plain source; a day reprocessed is retracted
     there, and the tables reading `days` — a filter, a sum and count, a MIN and MAX — receive it as
@@ -786,6 +793,7 @@ def test_a_table_over_a_table_that_retracted_rows_receives_the_retraction(spark,
             assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect()), name
 
 
+@pytest.mark.rules
 def test_a_union_all_keeps_the_rows_of_its_branches_apart(spark, gw):
     """UNION ALL of a branch over a day-partitioned source and one over a small table: a day reprocessed
     writes that day's rows again alone, the small table rewritten its branch alone; appends to both
@@ -815,6 +823,7 @@ def test_a_union_all_keeps_the_rows_of_its_branches_apart(spark, gw):
         assert _multiset(spark.table("both").collect()) == _multiset(spark.sql(query).collect())
 
 
+@pytest.mark.rules
 def test_a_corrected_dimension_is_joined_again_with_the_partials_kept_or_diffed(spark, gw):
     """An aggregate over a day-partitioned fact table joined with a small dimension. Where its aggregates
     read the fact table alone, its partials are kept below the join (by day and join key; a filter over
@@ -938,6 +947,7 @@ def test_a_full_refresh_that_reads_a_source_by_name_publishes_only_what_its_snap
     assert rows["a scheduled refresh now"].startswith("would skip"), rows
 
 
+@pytest.mark.rules
 def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
     """A day-partitioned source appended to by several tasks, a small file per task and day, refreshed
     after each append: the tables stay equal to their queries, each refresh appends incrementally, and
@@ -995,6 +1005,7 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
         assert _multiset(spark.table("flat").collect()) == _multiset(spark.sql(queries["flat"]).collect())
 
 
+@pytest.mark.rules
 def test_appended_orders_and_items_are_joined_within_their_keys(spark, gw):
     """Two fact tables appended at once, under keys past every old one (TPC-H's RF1): read whole, either
     side's old rows would make the change dearer than recomputing, so each appended side's keys bound
@@ -1029,6 +1040,7 @@ def test_appended_orders_and_items_are_joined_within_their_keys(spark, gw):
             assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect()), name
 
 
+@pytest.mark.rules
 def test_orders_and_items_rewritten_at_once_retract_their_months(spark, gw):
     """Two fact tables partitioned by month, the orders of a month and their items deleted (TPC-H's RF2:
     both months' partitions rewritten empty): an aggregate of their join keeps its partials per pair of
@@ -1209,6 +1221,7 @@ def test_every_shape_stays_equal_to_its_query(spark, tables):
                                                          deadline=None))
 
 
+@pytest.mark.rules
 def test_an_aggregates_partials_kept_by_day_stay_a_few_files_a_day(spark, gw):
     """Each append to a day adds a file of partials to that day; past FILES_KEPT the day's files are
     merged into one by the refresh that adds to them — partials per group and partials kept below a
