@@ -40,7 +40,11 @@ demo: setup
 # tests start runs with the quick compiler only, a larger code cache and the serial collector
 # (SPARK_SUBMIT_OPTS, set in tests/conftest.py, where the reasons and figures are).
 TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python
-test: setup chromium $(BROWSER)/node_modules/.package-lock.json
+# The archive of Spark's classes every test JVM starts from (tests/spark_classes.py says why).
+ARCHIVE := build/spark-classes.jsa
+$(ARCHIVE): tests/spark_classes.py | setup
+	rm -f $@; $(TEST_ENV) $(BIN)/python tests/spark_classes.py $@
+test: setup chromium $(BROWSER)/node_modules/.package-lock.json $(ARCHIVE)
 	$(BIN)/lint-imports --no-cache
 	log=$$(mktemp); connect_log=$$(mktemp); \
 	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m processes \
