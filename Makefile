@@ -37,8 +37,9 @@ demo: setup
 # the refresh rules choose (marked `rules`: techniques, files, partials — decided above the Spark
 # adapter) run in the classic pass alone: they were a quarter of the Connect pass (510 of 1871 s), and
 # over Connect the stateful test of every shape drives each rule through the adapter. Every JVM the
-# tests start runs with the quick compiler only, a larger code cache and the serial collector
-# (SPARK_SUBMIT_OPTS, set in tests/conftest.py, where the reasons and figures are).
+# tests start runs with the quick compiler only, a larger code cache and the serial collector, and
+# starts from the archive of Spark's classes built below (SPARK_SUBMIT_OPTS, set in tests/conftest.py,
+# where the reasons and figures are).
 TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python
 # The archive of Spark's classes every test JVM starts from (tests/spark_classes.py says why).
 ARCHIVE := build/spark-classes.jsa
