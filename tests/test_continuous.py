@@ -201,7 +201,8 @@ def test_a_rewritten_streamed_source_prints_no_java_text_in_a_users_process(tmp_
     regular expression that overflowed the stream thread's stack). A stream suspended in its first batch
     and resumed at once runs on (the stopped run's end, reported after the new run started, was taken
     for the new run's failure: it restarted beside itself until the table was suspended). Nor Hadoop's
-    warning, with its stack, when a stopped stream's checkpoint write is interrupted (it failed a CI run)."""
+    warning, with its stack, when a stopped stream's checkpoint write is interrupted, nor Spark's record of
+    a broadcast whose thread a stop interrupted (each failed a CI run)."""
     worker = subprocess.run(
         [sys.executable, os.path.join(os.path.dirname(__file__), "user_session_stream.py"),
          str(tmp_path / "store" / "catalog.json"), str(tmp_path / "wh")],

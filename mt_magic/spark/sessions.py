@@ -247,7 +247,10 @@ def quiet_background_output(spark: Any) -> None:
     runs: where pipelines run in a notebook's own application, they are turned off (the dashboard
     and the history say what runs). So is Hadoop's warning, with its Java stack, when a stream stopped
     by SUSPEND is interrupted while its checkpoint file's permissions are set by a `chmod` it waits
-    for (the write goes on). Over Connect the server's stderr is not the notebook's."""
+    for (the write goes on). So is a broadcast's ERROR record when the thread writing it is interrupted
+    (a stopping stream's, which Spark interrupts wherever it is; one CI run showed it): the record
+    says no more than the failure Spark raises to whoever broadcast, which reports it — or, for a
+    stream being stopped, ignores it. Over Connect the server's stderr is not the notebook's."""
     if is_connect(spark):
         return
     bar = spark.sparkContext._jsc.sc().progressBar()
@@ -256,6 +259,7 @@ def quiet_background_output(spark: Any) -> None:
     for logger in _BACKGROUND_LOGGERS:
         spark._jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
             logger, spark._jvm.org.apache.logging.log4j.Level.ERROR)
+    _quiet(spark._jvm, "org.apache.spark.broadcast.TorrentBroadcast")
 
 
 _BACKGROUND_LOGGERS = ("org.apache.spark.sql.execution.streaming", "org.apache.spark.sql.streaming",
