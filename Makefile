@@ -41,9 +41,10 @@ demo: setup
 # starts from the archive of Spark's classes built below (SPARK_SUBMIT_OPTS, set in tests/conftest.py,
 # where the reasons and figures are).
 TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python
-# The archive of Spark's classes every test JVM starts from (tests/spark_classes.py says why).
+# The archive of Spark's classes every test JVM starts from (tests/spark_classes.py says why); made
+# again when the pinned packages change (an archive that no longer fits is ignored, so only slower).
 ARCHIVE := build/spark-classes.jsa
-$(ARCHIVE): tests/spark_classes.py | setup
+$(ARCHIVE): tests/spark_classes.py pyproject.toml | setup
 	rm -f $@; $(TEST_ENV) $(BIN)/python tests/spark_classes.py $@
 test: setup chromium $(BROWSER)/node_modules/.package-lock.json $(ARCHIVE)
 	$(BIN)/lint-imports --no-cache

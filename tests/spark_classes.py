@@ -18,14 +18,14 @@ import sys
 import tempfile
 
 WORKLOAD = """
-import sys, tempfile
+import tempfile
 from pyspark import SparkContext
 from mt_magic import Gateway
 from mt_magic.session import local_session
-spark = local_session("mt_magic-classes", warehouse=tempfile.mkdtemp())
+spark = local_session("mt_magic-classes", warehouse=tempfile.mkdtemp(dir="."))
 spark.sql("CREATE TABLE sales (k INT, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
 spark.sql("INSERT INTO sales VALUES (1, 2.0, 'a'), (2, 3.0, 'b')")
-gateway = Gateway(spark, catalog_store=tempfile.mkdtemp() + "/catalog.json")
+gateway = Gateway(spark, catalog_store=tempfile.mkdtemp(dir=".") + "/catalog.json")
 gateway.execute("CREATE MATERIALIZED TABLE per_k FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL "
                 "AS SELECT k, COUNT(*) AS n, SUM(amount) AS total FROM sales GROUP BY k")
 spark.sql("INSERT INTO sales VALUES (1, 4.0, 'a')")
