@@ -52,11 +52,19 @@ def explain_refresh(pipelines: Pipelines, table: MaterializedTable, spec: dict[s
                                                f"{scheduled.describe()}.")
 
 
-def explain_create(summary: str, definition_query: str, options: dict[str, str], spark: Any) -> Result:
-    """The maintained plan by the query's syntax (a scheduled refresh's; Spark judges it at the first)."""
+def explain_create(summary: str, definition_query: str, options: dict[str, str], spark: Any,
+                   pipelines: Pipelines, table: MaterializedTable | None) -> Result:
+    """The maintained plan the table's refreshes will run: `table`'s, as the refresh judges its query
+    over its sources (how each source's files are read, from a snapshot of them, as EXPLAIN of a refresh
+    does) and DESCRIBE shows it then; None — an existing table altered — by the query's syntax."""
     plan = physical_plan(spark_call(lambda: spark.sql(definition_query), "Spark"))
-    maintained = FULL_BY_POLICY if options.get(cfg.REFRESH_POLICY) == "full" else \
-        "\n".join(maintained_plan(rule_by_syntax(definition_query)))
+    if options.get(cfg.REFRESH_POLICY) == "full":
+        maintained = FULL_BY_POLICY
+    elif table is None:
+        maintained = "\n".join(maintained_plan(rule_by_syntax(definition_query)))
+    else:
+        spark_call(lambda: pipelines.situation(table), f"Reading the sources of {table.identifier}")
+        maintained = "\n".join(pipelines.plan(table))
     return Result.table(COLUMNS, [("statement", summary), ("first refresh", "the whole table"),
                                   *_noted(definition_query), ("maintained plan", maintained), ("Spark plan", plan)],
                         message=summary)

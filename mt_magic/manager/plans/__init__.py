@@ -21,7 +21,7 @@ class Planner:
     def __init__(self, ws: Workspace, pipelines: Pipelines, lifecycle: Lifecycle) -> None:
         definitions = Definitions(ws, pipelines, lifecycle)
         self._planners = {**definitions.planners(),
-                          **Operations(ws, pipelines, lifecycle, definitions.create).planners(),
+                          **Operations(ws, pipelines, lifecycle, definitions.creating).planners(),
                           **SessionStatements(ws, pipelines, lifecycle).planners()}
 
     def plan(self, statement: st.Statement) -> Plan:

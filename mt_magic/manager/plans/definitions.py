@@ -29,6 +29,13 @@ class Definitions(Family):
         return {st.CreateMaterializedTable: self.create, st.AlterQuery: self._alter_query}
 
     def create(self, statement: st.CreateMaterializedTable) -> Plan:
+        return self.creating(statement)[0]
+
+    def creating(self, statement: st.CreateMaterializedTable,
+                 judged: bool = False) -> tuple[Plan, MaterializedTable | None]:
+        """The CREATE's plan, and the table it would make (None: an existing table altered). `judged`:
+        its technique as Spark judges the query (EXPLAIN), not by its syntax alone (a CREATE's summary
+        is not kept waiting for Spark)."""
         self.ws.analyzer.begin(statement.query)
         catalog, database, name = self.ws.identifier(statement.name)
         identifier = f"{catalog}.{database}.{name}"
@@ -37,7 +44,7 @@ class Definitions(Family):
             if not statement.or_alter:
                 raise ValidationError(f"Materialized table {identifier} already exists; CREATE OR ALTER "
                                       "MATERIALIZED TABLE runs again harmlessly (unchanged when identical).")
-            return self._create_or_alter(existing, statement)
+            return self._create_or_alter(existing, statement), None
         lookup = alongside(self.ws.spark, lookup_table, self.ws.spark, catalog, database, name)
         if statement.refresh_mode != CONTINUOUS:      # where the sources live, asked while Spark analyses
             self.pipelines.begin(sources=self.ws.analyzer.guessed_sources(statement.query))
@@ -53,9 +60,10 @@ class Definitions(Family):
             table = self.pipelines.strategy(table)
             strategy = f", {table.refresh_strategy}"
         technique = "" if table.streams else \
-            f", refresh technique {self.pipelines.technique(table, judged=False)}"
+            f", refresh technique {self.pipelines.technique(table, judged=judged)}"
         return make_plan(f"would create materialized table {identifier}, refresh mode {table.refresh_mode}"
-                         f"{strategy}, freshness {table.freshness}{technique}", lambda: self.lifecycle.provision(table))
+                         f"{strategy}, freshness {table.freshness}{technique}",
+                         lambda: self.lifecycle.provision(table)), table
 
     def _analyze(self, query: str, identifier: str) -> AnalyzedQuery:
         analyzed = self.ws.analyzer.analyze(query)

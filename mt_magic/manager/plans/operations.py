@@ -24,7 +24,7 @@ from mt_magic.storage.formats import RESERVED_OPTIONS
 
 class Operations(Family):
     def __init__(self, ws: Workspace, pipelines: Pipelines, lifecycle: Lifecycle,
-                 create: Callable[[st.CreateMaterializedTable], Plan]) -> None:
+                 create: Callable[[st.CreateMaterializedTable, bool], tuple[Plan, MaterializedTable | None]]) -> None:
         super().__init__(ws, pipelines, lifecycle)
         self._create = create          # EXPLAIN CREATE explains the CREATE's plan
 
@@ -118,10 +118,12 @@ class Operations(Family):
             return make_plan(f"would explain a refresh of {table.identifier}",
                              lambda: explain_refresh(self.pipelines, table, spec))
         if isinstance(inner, st.CreateMaterializedTable):
-            summary = self._create(inner).summary()
+            plan, table = self._create(inner, True)
+            summary = plan.summary()
             definition = self.ws.analyzer.analyze(inner.query).definition_query
             return make_plan(f"would explain: {summary}",
-                             lambda: explain_create(summary, definition, inner.options, self.ws.spark))
+                             lambda: explain_create(summary, definition, inner.options, self.ws.spark,
+                                                    self.pipelines, table))
         raise ValidationError("EXPLAIN explains ALTER MATERIALIZED TABLE … REFRESH [PARTITION (…)] and "
                               "CREATE MATERIALIZED TABLE; run the statement with --dry-run to check others.")
 
