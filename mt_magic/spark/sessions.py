@@ -274,7 +274,8 @@ def _free_port() -> int:
 
 
 def _quiet(jvm: Any, logger: str) -> None:
-    """Spark logs every failed query at ERROR with its plan; user errors are reported by us instead."""
+    """A logger off whose records reach the user another way: Spark logs every failed query at ERROR
+    with its plan (user errors are reported by us instead), a failed broadcast before raising it."""
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, jvm.org.apache.logging.log4j.Level.OFF)
 
 

@@ -120,7 +120,8 @@ class Operations(Family):
         if isinstance(inner, st.CreateMaterializedTable):
             plan, table = self._create(inner, True)
             summary = plan.summary()
-            definition = self.ws.analyzer.analyze(inner.query).definition_query
+            definition = table.definition_query if table is not None else \
+                self.ws.analyzer.analyze(inner.query).definition_query
             return make_plan(f"would explain: {summary}",
                              lambda: explain_create(summary, definition, inner.options, self.ws.spark,
                                                     self.pipelines, table))
