@@ -36,9 +36,7 @@ demo: setup
 # 20 minutes). Their output follows the passes'; any pass failing fails the command. The tests of what
 # the refresh rules choose (marked `rules`: techniques, files, partials — decided above the Spark
 # adapter) run in the classic pass alone: they were a quarter of the Connect pass (510 of 1871 s), and
-# over Connect the stateful test of every shape drives each rule through the adapter; the longest two
-# of them (marked `beside`) run in the process tests' pass instead, which ended 8 minutes before the
-# classic pass (17:53 against 25:58, the Connect pass 24:08). Every JVM the
+# over Connect the stateful test of every shape drives each rule through the adapter. Every JVM the
 # tests start runs with the quick compiler only, a larger code cache and the serial collector, and
 # starts from the archive of Spark's classes built below (SPARK_SUBMIT_OPTS, set in tests/conftest.py,
 # where the reasons and figures are).
@@ -51,11 +49,11 @@ $(ARCHIVE): tests/spark_classes.py pyproject.toml | setup
 test: setup chromium $(BROWSER)/node_modules/.package-lock.json $(ARCHIVE)
 	$(BIN)/lint-imports --no-cache
 	log=$$(mktemp); connect_log=$$(mktemp); \
-	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m 'processes or beside' \
+	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m processes \
 	  --basetemp=$$(mktemp -d) >$$log 2>&1 & processes=$$!; \
 	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) MT_MAGIC_SPARK_REMOTE='local[2]' $(BIN)/python -m pytest -q \
 	  -m 'not processes and not rules' tests >$$connect_log 2>&1 & connect=$$!; \
-	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m 'not processes and not beside'; classic=$$?; \
+	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m 'not processes'; classic=$$?; \
 	wait $$connect; connect_passed=$$?; wait $$processes; separate=$$?; \
 	echo "--- the Connect pass:"; cat $$connect_log; \
 	echo "--- tests that start their own processes:"; cat $$log; \

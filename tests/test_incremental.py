@@ -656,7 +656,6 @@ def test_a_partitioned_aggregate_rewrites_only_the_partitions_its_change_touches
 
 
 @pytest.mark.rules
-@pytest.mark.beside
 def test_a_reprocessed_day_is_retracted_a_compacted_one_publishes_nothing_and_a_source_mostly_rewritten_is_recomputed(
         spark, gw):
     """An aggregate over a day-partitioned source keeps its partials per day (a COUNT(DISTINCT …) its
@@ -949,7 +948,6 @@ def test_a_full_refresh_that_reads_a_source_by_name_publishes_only_what_its_snap
 
 
 @pytest.mark.rules
-@pytest.mark.beside
 def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
     """A day-partitioned source appended to by several tasks, a small file per task and day, refreshed
     after each append: the tables stay equal to their queries, each refresh appends incrementally, and
