@@ -3,6 +3,7 @@ coalesced fires, dependency order, backfill, EXPLAIN."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -71,7 +72,11 @@ def test_failed_runs_suspend_the_table_and_resume_clears_them(spark, gw, sales, 
     described = gw.describe("checked")
     assert (described["refresh_status"], described["consecutive_failures"], described["suspend_reason"]) == \
         ("ACTIVATED", 0, None)
-    wait_for(lambda: gw.history("checked", limit=1)[0]["outcome"] == "SUCCEEDED", timeout=30)
+    # a run since the failures succeeded (newest first; the fires after it skip, each second)
+    wait_for(lambda: any(e["outcome"] == "SUCCEEDED" for e in itertools.takewhile(
+        lambda e: e["outcome"] != "FAILED", gw.history("checked"))), timeout=30)
+    assert sorted(r.amount for r in spark.table("checked").collect()) == \
+        sorted(r.amount for r in spark.table("sales").collect())
 
 
 def test_a_skip_proves_the_data_current_in_status_describe_and_the_dashboard(spark, gw, sales, store_path):
