@@ -46,7 +46,11 @@ TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python
 ARCHIVE := build/spark-classes.jsa
 $(ARCHIVE): tests/spark_classes.py pyproject.toml | setup
 	rm -f $@; $(TEST_ENV) $(BIN)/python tests/spark_classes.py $@
-test: setup chromium $(BROWSER)/node_modules/.package-lock.json $(ARCHIVE)
+# Its set-up steps run side by side (Chromium and the npm packages download while pip installs and
+# the archive is built: the archive waits for the packages alone), then the layer rules are checked.
+PREREQUISITES := setup chromium $(BROWSER)/node_modules/.package-lock.json $(ARCHIVE)
+test:
+	$(MAKE) --no-print-directory -j4 $(PREREQUISITES)
 	$(BIN)/lint-imports --no-cache
 	log=$$(mktemp); connect_log=$$(mktemp); \
 	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m processes \
