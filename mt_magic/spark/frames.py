@@ -105,9 +105,9 @@ def files_frame(spark: Any, fmt: str, schema: Any, options: dict[str, str], file
     `column=value` folders). Files of several version folders are read per folder and unioned.
     `file_column`: each row also carries the name of its file (a view hides Spark's `_metadata`)."""
     names = schema.fieldNames() + ([file_column] if file_column else [])
-    if not files:
+    if not files:       # (filtered: Spark's optimizer knows it empty, and drops what only joins it)
         return spark.createDataFrame([], T.StructType(schema.fields + (
-            [T.StructField(file_column, T.StringType())] if file_column else [])))
+            [T.StructField(file_column, T.StringType())] if file_column else []))).where(F.lit(False))
     groups: dict[str | None, list[str]] = {}
     for path in files:
         groups.setdefault(_base(path, partition_columns), []).append(path)
