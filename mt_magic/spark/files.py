@@ -141,6 +141,9 @@ class HadoopFiles(Files):
         fs.delete(jpath, True)
 
     def rename(self, source: str, target: str) -> None:
+        if is_local(source) and is_local(target):     # done here: two JVM round trips a file moved
+            LocalFiles().rename(source, target)
+            return
         fs, jsource = self._fs(source)
         if not fs.rename(jsource, self._path_class(target)):
             raise OSError(f"Could not rename {source} to {target}.")
@@ -296,6 +299,7 @@ class LocalFiles(Files):
         local_target = self._local(target)
         if os.path.exists(local_target):
             raise OSError(f"Could not rename {source} to {target}: the target exists.")
+        os.makedirs(os.path.dirname(local_target), exist_ok=True)     # as Hadoop's rename does
         os.rename(self._local(source), local_target)
 
     def touch(self, path: str) -> None:
