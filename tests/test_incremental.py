@@ -409,7 +409,7 @@ def test_the_rules_classify_the_shapes():
                               ("EXISTS (SELECT 1 FROM db.u JOIN db.v ON u.k = v.k WHERE u.k = t.a)", set())):
         assert appendable_held(maintenance(f"SELECT a FROM db.t WHERE {where}")) == appendable, where
     valued = maintenance("SELECT a FROM db.t WHERE (SELECT MAX(b) FROM db.v WHERE v.c = t.a) IN (SELECT k FROM db.u)")
-    [term] = term_trees(valued.branches[0], valued.sources, 0, {"db.u"}, lambda i, version: f"r{i}_{version.value}")
+    [term] = term_trees(valued.branches[0], valued.sources, 0, {"db.u"}, lambda i, version, beside=None: f"r{i}_{version.value}")
     assert term.sign == 1 and term.tree.sql(dialect="spark").endswith(       # the guard reads the old rows of the IN's own table
         "AND NOT (((SELECT MAX(b) FROM r1_new AS v WHERE v.c = t.a) IN (SELECT k FROM r2_old AS u)) IS TRUE)")
     # Under NOT (a LEFT ANTI JOIN), or on a side of an outer join the other side is padded for, an append takes
@@ -440,7 +440,7 @@ def test_the_rules_classify_the_shapes():
     # An append to one side of a UNION ALL changes that side's rows: the other sides read none in its term.
     unioned = maintenance("SELECT k, SUM(v) AS s FROM (SELECT a AS k, b AS v FROM db.t UNION ALL SELECT c, d FROM db.u) "
                           "AS x GROUP BY k")
-    [term] = term_trees(unioned.select, unioned.sources, 0, {"db.u"}, lambda i, version: f"r{i}_{version.value}")
+    [term] = term_trees(unioned.select, unioned.sources, 0, {"db.u"}, lambda i, version, beside=None: f"r{i}_{version.value}")
     assert "(SELECT a AS k, b AS v FROM r0_new AS t WHERE FALSE UNION ALL SELECT c, d FROM r1_delta AS u)" in \
         term.tree.sql(dialect="spark")
     # ... also where it is read in an EXISTS of that side; a union inside a subquery expression is the test's.
@@ -449,7 +449,7 @@ def test_the_rules_classify_the_shapes():
                         ("SELECT i FROM db.t WHERE i IN (SELECT i FROM db.u UNION ALL SELECT i FROM db.v)",
                          "UNION ALL SELECT i FROM r2_old AS v)")):
         [term] = term_trees(maintenance(query).branches[0], ("db.t", "db.v", "db.u") if "x.i" in query else
-                            ("db.t", "db.u", "db.v"), 0, {"db.u"}, lambda i, version: f"r{i}_{version.value}")
+                            ("db.t", "db.u", "db.v"), 0, {"db.u"}, lambda i, version, beside=None: f"r{i}_{version.value}")
         assert kept in term.tree.sql(dialect="spark"), query
 
 
@@ -1009,8 +1009,10 @@ def test_appends_of_many_small_files_keep_the_tables_own_files_few(spark, gw):
 def test_appended_orders_and_items_are_joined_within_their_keys(spark, gw):
     """Two fact tables appended at once, under keys past every old one (TPC-H's RF1): read whole, either
     side's old rows would make the change dearer than recomputing, so each appended side's keys bound
-    the other side's read, which skips the old files; 'auto' maintains the join's aggregate, and the
-    table equals its query — appended items with a NULL key too, which the inner join drops."""
+    the other side's read, which skips the old row groups — and does not even open the files holding
+    none within (the old items beside the new orders; of the orders now beside the new items, the new
+    ones); 'auto' maintains the join's aggregate, and the table equals its query — appended items with a
+    NULL key too, which the inner join drops."""
     spark.sql("CREATE TABLE orders (o_orderkey BIGINT, o_seg INT, o_month STRING) USING parquet PARTITIONED BY (o_month)")
     spark.sql("CREATE TABLE items (l_orderkey BIGINT, l_qty DOUBLE, l_month STRING) USING parquet PARTITIONED BY (l_month)")
 
@@ -1029,14 +1031,16 @@ def test_appended_orders_and_items_are_joined_within_their_keys(spark, gw):
                          "WHERE i.l_qty > 3"}
     for name, query in queries.items():
         gw.execute(f"CREATE MATERIALIZED TABLE {name} FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
-    for first in (20000, 20020):
-        add(first, 20)
+    for appends, first in enumerate((20000, 20020), start=1):
+        add(first, 20)      # (a file per month of each)
         for name, query in queries.items():
             gw.refresh(name)
             entry = gw.history(name, limit=1)[0]
             assert entry["technique"] == "incremental", entry
-            orders = next(text for source, text in entry["sources"].items() if source.endswith(".orders"))
-            assert f"joined within o_orderkey from {first} to {first + 19}" in orders, entry
+            (items, orders), texts = sorted(entry["sources"]), entry["sources"]
+            assert f"joined within o_orderkey from {first} to {first + 19}" in texts[orders], entry
+            assert f"joined with the rows appended to {items}: 4 of {4 * (appends + 1)} of its files read" in texts[orders]
+            assert f"joined with the rows appended to {orders}: 0 of {4 * appends} of its files read" in texts[items]
             assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect()), name
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from mt_magic.incremental.aggregate import Aggregate
-from mt_magic.incremental.checks import conjuncts
+from mt_magic.incremental.checks import conjuncts, monotone
 from mt_magic.incremental.distinct import DistinctCount
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import tables
@@ -28,12 +28,15 @@ from mt_magic.incremental.topn import TopN
 @dataclass(frozen=True)
 class KeyPair:
     """Occurrence `occurrence`'s column equals occurrence `other`'s in an inner join (each column
-    spelt as its source's schema spells it)."""
+    spelt as its source's schema spells it). `plain`: the term of an append to `occurrence` is its
+    SELECT as it is (`linear.term_trees`: not a test copied over its old rows), so there `other`'s rows
+    outside the appended keys are never read."""
 
     occurrence: int
     column: str
     other: int
     other_column: str
+    plain: bool = True
 
 
 def key_pairs(rule: Linear | Aggregate | DistinctCount | TopN,
@@ -43,6 +46,7 @@ def key_pairs(rule: Linear | Aggregate | DistinctCount | TopN,
     pairs: list[KeyPair] = []
     for tree, start in read_trees(rule):
         index = {id(table): start + k for k, table in enumerate(tables(tree))}
+        held = {start + k for k in monotone(tree)}
         for scope in tree.find_all(exp.Select):
             direct = [t for t in tables(scope) if isinstance(t.parent, (exp.From, exp.Join)) and t.parent.parent is scope]
             if len(direct) < 2:
@@ -53,7 +57,7 @@ def key_pairs(rule: Linear | Aggregate | DistinctCount | TopN,
                 left = _resolved(conjunct.this, scope, direct, index, columns)
                 right = _resolved(conjunct.expression, scope, direct, index, columns)
                 if left is not None and right is not None and left[0] != right[0]:
-                    pairs += [KeyPair(*left, *right), KeyPair(*right, *left)]
+                    pairs += [KeyPair(*left, *right, left[0] not in held), KeyPair(*right, *left, right[0] not in held)]
     return tuple(dict.fromkeys(pairs))
 
 

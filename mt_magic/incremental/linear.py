@@ -78,15 +78,19 @@ def term_trees(branch: exp.Select, occurrences: tuple[str, ...], start: int, app
     (`monotone`) is not linear: its term keeps the rows its appended rows make pass and its old rows did
     not (a semi-join's change: EXISTS over the appended rows AND NOT over the old ones); under NOT, the
     rows they stop, taken away; on a side of an outer join the other side is padded for, the rows they
-    match, and taken away the other side's rows padded with NULLs those replace."""
+    match, and taken away the other side's rows padded with NULLs those replace. In the term of a plain
+    append, the others are named as read beside it (`Names`: an inner equality with its rows may bound
+    them, `bounds.KeyPair.plain`)."""
     held = monotone(branch)
     terms = []
     for i, source in enumerate(occurrences):
         if source not in appended:
             continue
-        term = replaced(_own_side(branch, i), lambda j, i=i: names(
-            start + j, Version.NEW if j < i else Version.DELTA if j == i else Version.OLD))
-        how, old, table = held.get(i), names(start + i, Version.OLD), tables(term)[i]
+        how = held.get(i)
+        beside = start + i if how is None else None    # (a test over the old rows copies the others: whole)
+        term = replaced(_own_side(branch, i), lambda j, i=i, beside=beside: names(start + i, Version.DELTA) if j == i
+                        else names(start + j, Version.NEW if j < i else Version.OLD, beside))
+        old, table = names(start + i, Version.OLD), tables(term)[i]
         if how is None:
             terms.append(Term(term))
         elif how.appended is Appended.MATCHES:

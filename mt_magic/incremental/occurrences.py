@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
+from typing import Protocol
 
 import sqlglot
 from sqlglot import exp
@@ -21,8 +22,12 @@ class Version(Enum):
     DELTA = "delta"      # only the appended files
 
 
-# An occurrence's index and the version it reads → the name of the relation standing in for it.
-Names = Callable[[int, Version], str]
+class Names(Protocol):
+    """An occurrence's index and the version it reads → the name of the relation standing in for it;
+    `beside`: the occurrence whose appended rows it is joined with (its term of the change), which may
+    bound what it needs to read."""
+
+    def __call__(self, index: int, version: Version, beside: int | None = None) -> str: ...
 
 
 class Unparsable(Exception):

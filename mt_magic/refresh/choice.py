@@ -97,7 +97,7 @@ class Known:
     estimate: Estimate | None = None
     keeping: Keeping | None = None          # the source partitions an aggregate's partials (a linear
     # table's rows) are kept by
-    bounds: Bounds = field(default_factory=dict)    # the appended rows' join keys, bounding the others' reads
+    bounds: Bounds = field(default_factory=Bounds)     # the appended rows' join keys, bounding the others' reads
 
 
 class Chooser:
@@ -294,7 +294,7 @@ class Chooser:
         kept = (not isinstance(rule, STATEFUL) or manifest.state is not None and self.files.exists(manifest.state)) \
             and fits(rule, manifest, keeping)
         appended = any(d.change is SourceChange.APPENDED for d in changes.values())
-        bounds, within = key_bounds(rule, readings, changes) if kept and appended else ({}, None)
+        bounds, within = key_bounds(rule, readings, changes) if kept and appended else (Bounds(), None)
         weighs = kept and appended and table.options.get(REFRESH_POLICY, "auto") == "auto" and \
             all(d.change in (SourceChange.UNCHANGED, SourceChange.APPENDED) for d in changes.values())
         return Known(rule, readings, kept, self._estimate(table, rule, changes, manifest, within) if weighs else None,

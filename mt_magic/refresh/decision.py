@@ -70,7 +70,7 @@ class RefreshDecision:
     readings: dict[str, Reading] = field(default_factory=dict)
     keeping: Keeping | None = None          # what an aggregate's partials are kept by
     retraction: Retraction | None = None    # the kept source's partitions an incremental refresh retracts
-    bounds: Bounds = field(default_factory=dict)    # the appended rows' join keys bounding the others' reads
+    bounds: Bounds = field(default_factory=Bounds)     # the appended rows' join keys bounding the others' reads
 
     @property
     def reads_listed(self) -> bool:
@@ -115,9 +115,14 @@ def decide(situation: Situation, spec: dict[str, str], trigger: Trigger, only_ch
         if choice.retraction is not None:
             for retracted in filter(None, (choice.retraction.source, choice.retraction.paired_source)):
                 sources[retracted] = f"{changes[retracted].describe()}; {choice.retraction.describe()}"
-        for occurrence, bounds in situation.known.bounds.items():    # what its appended rows are joined within
-            source = choice.rule.sources[occurrence]
-            sources[source] += f"; joined within {', '.join(b.describe() for b in bounds)}"
+        bounds = situation.known.bounds
+        for occurrence, keys in bounds.keys.items():    # what its appended rows are joined within
+            sources[choice.rule.sources[occurrence]] += f"; joined within {', '.join(b.describe() for b in keys)}"
+        for (occurrence, beside), read in bounds.reads.items():     # and what that lets the others skip
+            if len(read.files) < read.of:
+                sources[choice.rule.sources[occurrence]] += (
+                    f"; joined with the rows appended to {choice.rule.sources[beside]}: {len(read.files)} of {read.of} "
+                    "of its files read (the others hold no key within theirs)")
         return RefreshDecision(Technique.INCREMENTAL, Target(), None, choice.estimate, sources, choice.rule,
                                choice.readings, keeping, choice.retraction, situation.known.bounds)
     if only_changed and comparison.change is Change.PARTITIONS:

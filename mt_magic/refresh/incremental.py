@@ -88,7 +88,7 @@ class Maintainer:
         if not appended and retraction is None and all(changes[s].change is SourceChange.UNCHANGED for s in above):
             return _as_published(table, manifest, RefreshResult(table.storage, 0, 0.0, job_group(table)))
         with Relations(self.spark, table, "incremental") as relations:
-            names = relations.naming(rule.sources, changes, readings, bounds=bounds or {})
+            names = relations.naming(rule.sources, changes, readings, bounds=bounds or Bounds())
             if isinstance(rule, Linear):
                 if keeping is not None:
                     return self._kept_rows(table, rule, changes, relations, keeping, manifest.kept, retraction)

@@ -25,12 +25,15 @@ class Names:
     def __init__(self, nonce: str) -> None:
         self.nonce = nonce
         self.tables: dict[int, str] = {}       # occurrence → the source's name, read as it is now
+        self.bounded: set[tuple[int, Version, int]] = set()    # (occurrence, version, beside): read within its keys
 
-    def name(self, index: int, version: Version) -> str:
-        return self.tables[index] if version is Version.NEW and index in self.tables else self.relation(index, version)
+    def name(self, index: int, version: Version, beside: int | None = None) -> str:
+        if version is Version.NEW and index in self.tables:
+            return self.tables[index]
+        return self.relation(index, version, beside if (index, version, beside) in self.bounded else None)
 
-    def relation(self, index: int, version: Version) -> str:
-        return f"mt_{self.nonce}_{index}_{version.value}"
+    def relation(self, index: int, version: Version, beside: int | None = None) -> str:
+        return f"mt_{self.nonce}_{index}_{'' if beside is None else f'by_{beside}_'}{version.value}"   # none holds another
 
 
 class Relations:
@@ -62,9 +65,10 @@ class Relations:
         self._scopes.callback(action)
 
     def naming(self, sources: tuple[str, ...], changes: dict[str, SourceDelta], readings: dict[str, Reading],
-               by_name: bool = False, bounds: Bounds | None = None) -> Names:
+               by_name: bool = False, bounds: Bounds = Bounds()) -> Names:
         """`by_name`: the sources Spark reads as listed are read as they are now, by their names;
-        `bounds`: an appended occurrence's rows are read within its join keys' ranges (`key_bounds`)."""
+        `bounds`: an appended occurrence's rows are read within its join keys' ranges, and the others it
+        meets in an inner equality, in its term of the change, as only their files within them (`key_bounds`)."""
         names, self.readings, self.changes = self.names, readings, changes
         for index, source in enumerate(sources):
             if by_name and readings[source].as_listed:
@@ -76,11 +80,18 @@ class Relations:
             change, reading = changes[source], readings[source]
             for version, files in ((Version.OLD, change.kept), (Version.NEW, change.files),
                                    (Version.DELTA, change.added)):
-                build = functools.partial(files_frame, self.spark, reading.format, reading.schema,
-                                          reading.options, files, reading.partition_columns, reading.file_column)
+                build = self._builder(reading, files)
                 self.frames[names.relation(index, version)] = functools.partial(
-                    self._counted, build, (bounds or {}).get(index, ())) if version is Version.DELTA else build
+                    self._counted, build, bounds.keys.get(index, ())) if version is Version.DELTA else build
+        for (index, beside), read in bounds.reads.items():     # in the term of another's append, within its keys
+            version = Version.NEW if index < beside else Version.OLD
+            names.bounded.add((index, version, beside))
+            self.frames[names.relation(index, version, beside)] = self._builder(readings[sources[index]], read.files)
         return names
+
+    def _builder(self, reading: Reading, files: tuple[str, ...]) -> Callable[[], Any]:
+        return functools.partial(files_frame, self.spark, reading.format, reading.schema, reading.options, files,
+                                 reading.partition_columns, reading.file_column)
 
     def files(self, fmt: str, schema: Any, files: list[str], partition_columns: tuple[str, ...] = ()) -> Any:
         """Files the run wrote or keeps, read alone; their statuses fetched by the driver."""

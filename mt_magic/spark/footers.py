@@ -11,6 +11,7 @@ installed, the caller counts with Spark.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,19 +84,46 @@ def footer_bytes_within(fmt: str, files: Sequence[str], column: str, low: Any, h
     total = 0
     try:
         for path in files:
-            for least, greatest, size in _row_groups(path, column):
-                if least is None or not (greatest < low or least > high):
-                    total += size
+            total += sum(size for least, greatest, size in _row_groups(path, column)
+                         if _may_hold(least, greatest, low, high))
     except (ImportError, OSError, ValueError, TypeError):   # as above; values that do not compare
         return None
     return total
 
 
-@functools.lru_cache(maxsize=4096)
+def files_within(fmt: str, files: Sequence[str], ranges: Sequence[tuple[str, Any, Any]]) -> tuple[str, ...]:
+    """These files but those whose footers say no row group holds a value of each range (column,
+    least, greatest) — the ones a read filtered to the ranges would only open to skip. A file whose
+    footer cannot be read so (not Parquet, not on a local disk, values that do not compare) is kept."""
+    if fmt.lower() != "parquet" or not ranges:
+        return tuple(files)
+
+    def may_hold(path: str) -> bool:
+        try:
+            return not is_local(path) or all(any(_may_hold(least, greatest, low, high)
+                                                 for least, greatest, _ in _row_groups(path, column))
+                                             for column, low, high in ranges)
+        except (ImportError, OSError, ValueError, TypeError):
+            return True
+    return tuple(filter(may_hold, files))
+
+
+def _may_hold(least: Any, greatest: Any, low: Any, high: Any) -> bool:
+    """A row group from `least` to `greatest` (None: not known) may hold a value from `low` to `high`."""
+    return least is None or not (greatest < low or least > high)
+
+
 def _row_groups(path: str, column: str) -> tuple[tuple[Any, Any, int], ...]:
     """Each row group's least and greatest value of `column` (None, None: not known) and its compressed
-    bytes. Kept for the process: a data file is written once under its name (a wrong range would only
-    misjudge the cost rule's estimate, never what a refresh reads)."""
+    bytes, as the file holds now."""
+    found = os.stat(local_path(path))
+    return _row_groups_of(path, column, (found.st_mtime_ns, found.st_size))
+
+
+@functools.lru_cache(maxsize=4096)
+def _row_groups_of(path: str, column: str, stamp: tuple[int, int]) -> tuple[tuple[Any, Any, int], ...]:
+    """`_row_groups`, kept for the process by the file's modification time and size (`stamp`): a file
+    written again under its name is read again (what a refresh reads is pruned by them)."""
     from pyarrow import parquet
     meta = parquet.read_metadata(local_path(path))
     names = [meta.schema.column(i).path for i in range(meta.num_columns)]
