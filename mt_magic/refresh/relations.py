@@ -18,6 +18,7 @@ from mt_magic.refresh.full import job_group
 from mt_magic.refresh.key_bounds import Bounds, KeyBound
 from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, query_over, within_ranges
 from mt_magic.spark.jobs import job_scope
+from mt_magic.spark.local_reads import read_here
 from mt_magic.sql.statements import quote_identifier
 
 
@@ -46,6 +47,7 @@ class Relations:
         self.nonce = uuid.uuid4().hex[:10]
         self.frames: dict[str, Any] = {}
         self._delta_counts: list[Callable[[], int | None]] = []
+        self._here: dict[tuple[tuple[str, ...], str | None], tuple[Any, int] | None] = {}   # read by this process
         self.group = job_group(table)
         self.names = Names(self.nonce)
         self.readings: dict[str, Reading] = {}
@@ -80,9 +82,9 @@ class Relations:
             change, reading = changes[source], readings[source]
             for version, files in ((Version.OLD, change.kept), (Version.NEW, change.files),
                                    (Version.DELTA, change.added)):
-                build = self._builder(reading, files)
                 self.frames[names.relation(index, version)] = functools.partial(
-                    self._counted, build, bounds.keys.get(index, ())) if version is Version.DELTA else build
+                    self._counted, reading, files, bounds.keys.get(index, ())) if version is Version.DELTA else \
+                    self._builder(reading, files)
         for (index, beside), read in bounds.reads.items():     # in the term of another's append, within its keys
             version = Version.NEW if index < beside else Version.OLD
             names.bounded.add((index, version, beside))
@@ -104,10 +106,20 @@ class Relations:
         return files_frame(self.spark, reading.format, reading.schema, reading.options, files,
                            reading.partition_columns, reading.file_column)
 
-    def _counted(self, build: Callable[[], Any], bounds: tuple[KeyBound, ...]) -> Any:
+    def _counted(self, reading: Reading, files: tuple[str, ...], bounds: tuple[KeyBound, ...]) -> Any:
         """An appended files' frame that counts the rows read through it, with no job of its own, and
-        keeps those within `bounds` (after the count: a row outside is one of a NULL key)."""
-        frame, rows = counting_rows(build(), unreported=None)
+        keeps those within `bounds` (after the count: a row outside is one of a NULL key). A few small
+        files are read once by this process, for every query of the run that reads them (`local_reads`)."""
+        key = (files, reading.file_column)
+        if key not in self._here:
+            self._here[key] = read_here(self.spark, reading.format, reading.schema, reading.options, files,
+                                          reading.partition_columns, reading.file_column)
+        here = self._here[key]
+        if here is None:
+            frame, rows = counting_rows(self._builder(reading, files)(), unreported=None)
+        else:
+            frame, read = here
+            rows = lambda: read        # noqa: E731
         self._delta_counts.append(rows)
         return within_ranges(frame, [(b.column, b.low, b.high) for b in bounds])
 
