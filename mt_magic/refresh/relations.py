@@ -88,7 +88,8 @@ class Relations:
         for (index, beside), read in bounds.reads.items():     # in the term of another's append, within its keys
             version = Version.NEW if index < beside else Version.OLD
             names.bounded.add((index, version, beside))
-            self.frames[names.relation(index, version, beside)] = self._builder(readings[sources[index]], read.files)
+            self.frames[names.relation(index, version, beside)] = lambda reading=readings[sources[index]], \
+                files=read.files: self._read(reading, files)[0]
         return names
 
     def _builder(self, reading: Reading, files: tuple[str, ...]) -> Callable[[], Any]:
@@ -108,20 +109,23 @@ class Relations:
 
     def _counted(self, reading: Reading, files: tuple[str, ...], bounds: tuple[KeyBound, ...]) -> Any:
         """An appended files' frame that counts the rows read through it, with no job of its own, and
-        keeps those within `bounds` (after the count: a row outside is one of a NULL key). A few small
-        files are read once by this process, for every query of the run that reads them (`local_reads`)."""
-        key = (files, reading.file_column)
-        if key not in self._here:
-            self._here[key] = read_here(self.spark, reading.format, reading.schema, reading.options, files,
-                                          reading.partition_columns, reading.file_column)
-        here = self._here[key]
-        if here is None:
-            frame, rows = counting_rows(self._builder(reading, files)(), unreported=None)
+        keeps those within `bounds` (after the count: a row outside is one of a NULL key)."""
+        frame, read = self._read(reading, files)
+        if read is None:
+            frame, rows = counting_rows(frame, unreported=None)
         else:
-            frame, read = here
             rows = lambda: read        # noqa: E731
         self._delta_counts.append(rows)
         return within_ranges(frame, [(b.column, b.low, b.high) for b in bounds])
+
+    def _read(self, reading: Reading, files: tuple[str, ...]) -> tuple[Any, int | None]:
+        """These files of a source, and their rows where read already: a few small ones are read once a
+        run by this process, for every query of the run that reads them (`local_reads`); others by Spark."""
+        key = (files, reading.file_column)
+        if key not in self._here:
+            self._here[key] = read_here(self.spark, reading.format, reading.schema, reading.options, files,
+                                        reading.partition_columns, reading.file_column)
+        return self._here[key] or (self._builder(reading, files)(), None)
 
     def delta_rows(self) -> int | None:
         """The rows read of the appended files, once the queries that read them ran; None when no

@@ -3,7 +3,7 @@
 Spark scans a file with a task that opens it and reads its footer. An append to a source partitioned
 by month adds a file to each month (TPC-H's RF1: 79 files of `lineitem`, 8,483 rows, 0.6 MB): on two
 cores a query over them took 0.36-0.64 s, and 0.10-0.17 s over the same rows read here by pyarrow
-(0.1 s) into a local relation — which Spark's optimizer also sees whole (a filter over it is evaluated
+(0.04 s) into a local relation — which Spark's optimizer also sees whole (a filter over it is evaluated
 as it plans, a join with no match dropped). Only where pyarrow reads what Spark's reader would: Parquet
 on a local disk, no reader options, columns of plain types under their exact names and Parquet types,
 dates only from files Spark 3 or later wrote in its own calendar, partition values of text, whole
@@ -18,6 +18,7 @@ import importlib.util
 import os
 import re
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql import types as T
@@ -28,6 +29,7 @@ from mt_magic.spark.partition_folders import folder_value
 MAX_BYTES = 8 * 2**20       # the files' own size; their rows travel to Spark in one piece,
 MAX_ROWS = 100_000          # and Spark's optimizer evaluates what it can over them as it plans
 _SPARK_VERSION = b"org.apache.spark.version"
+_READERS = 4                # threads reading files: 79 small ones 0.15 s in one, 0.04 s in four (two cores)
 _WHOLE = {T.ByteType: "int8", T.ShortType: "int16", T.IntegerType: "int32", T.LongType: "int64"}
 _PLAIN = {**_WHOLE, T.FloatType: "float", T.DoubleType: "double", T.BooleanType: "bool",
           T.DateType: "date32[day]", T.BinaryType: "binary", T.StringType: "string"}
@@ -42,15 +44,14 @@ def read_here(spark: Any, fmt: str, schema: T.StructType, options: dict[str, str
     if fmt.lower() != "parquet" or options or not files or importlib.util.find_spec("pyarrow") is None \
             or not all(map(is_local, files)) or not all(_plain(f.dataType) for f in schema.fields):
         return None
-    tables: list[Any] = []
     try:
         if sum(os.path.getsize(local_path(path)) for path in files) > MAX_BYTES:
             return None
-        for path in files:
-            tables.append(_file_rows(path, schema, partition_columns, file_column))
-            if tables[-1] is None or sum(table.num_rows for table in tables) > MAX_ROWS:
-                return None
+        with ThreadPoolExecutor(min(_READERS, len(files))) as pool:     # (pyarrow decodes without the GIL)
+            tables = list(pool.map(lambda path: _file_rows(path, schema, partition_columns, file_column), files))
     except (OSError, ValueError):    # a file gone or unreadable (ArrowIOError, ArrowInvalid): Spark's to say
+        return None
+    if any(table is None for table in tables) or sum(table.num_rows for table in tables) > MAX_ROWS:
         return None
     import pyarrow
     rows = pyarrow.concat_tables(tables)
@@ -82,7 +83,8 @@ def _file_rows(path: str, schema: T.StructType, partition_columns: Sequence[str]
     name = path.rsplit("/", 1)[-1]
     if values is None or file_column and not _FILE_NAME.fullmatch(name):
         return None
-    table = parquet.read_table(local_path(path))
+    with parquet.ParquetFile(local_path(path)) as opened:
+        table = opened.read(use_threads=False)
     found = {field.name: field.type for field in table.schema}
     if len({n.lower() for n in found}) < len(found):        # Spark matches names ignoring case
         return None
