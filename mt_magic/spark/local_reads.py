@@ -55,7 +55,7 @@ def read_here(spark: Any, fmt: str, schema: T.StructType, options: dict[str, str
         return None
     import pyarrow
     rows = pyarrow.concat_tables(tables)
-    fields = [T.StructField(f.name, f.dataType, True) for f in schema.fields]      # a file read is all nullable
+    fields = [T.StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields]   # a file read: all nullable
     if file_column:
         fields.append(T.StructField(file_column, T.StringType(), True))
     return spark.createDataFrame(rows, schema=T.StructType(fields)), rows.num_rows
