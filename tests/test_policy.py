@@ -3,7 +3,6 @@ a query the delta rules cannot maintain is refused under 'incremental'."""
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import datetime, timedelta
 
@@ -85,9 +84,6 @@ def test_describe_and_the_dry_run_say_the_technique_and_alter_switches_the_polic
     assert gw.describe("later")["refresh_policy"] == "auto"
 
 
-# Over Connect a write reports only the observations of the frame it writes: the rows read of the
-# appended files are not counted there (their bytes are).
-CONNECT = bool(os.environ.get("MT_MAGIC_SPARK_REMOTE"))
 BY_PRODUCT = ("SELECT s.product_id, d.region, COUNT(*) AS n, SUM(s.amount) AS total FROM sales s "
               "JOIN regions d ON s.product_id % 2 = d.k GROUP BY s.product_id, d.region")
 
@@ -107,7 +103,7 @@ def test_auto_maintains_a_fact_append_and_recomputes_when_a_dimension_is_appende
             sorted(map(tuple, spark.sql(BY_PRODUCT).collect()))
     spark.sql("INSERT INTO sales VALUES ('2024-02-02', 3, 2.0), ('2024-02-02', 4, 1.0)")
     fact = _fire(gw, "by_product", 1)
-    assert (fact["technique"], fact["reason"], fact["delta_rows"]) == ("incremental", None, None if CONNECT else 2)
+    assert (fact["technique"], fact["reason"], fact["delta_rows"]) == ("incremental", None, 2)
     [appended] = [s for s in fact["sources"].values() if s.startswith("appended")]
     assert appended.endswith(f" ({fact['delta_bytes']} bytes)") and fact["delta_bytes"] > 0
     assert fact["estimate"].startswith("incremental ≈ ") and matches()
@@ -126,7 +122,7 @@ def test_auto_maintains_a_fact_append_and_recomputes_when_a_dimension_is_appende
     gw.execute("ALTER MATERIALIZED TABLE by_product SET ('refresh.policy' = 'incremental')")
     spark.sql("INSERT INTO regions VALUES (1, 'one')")      # the policy changes how, not what: still appended
     forced = _fire(gw, "by_product", 3)
-    assert (forced["technique"], forced["estimate"], forced["delta_rows"]) == ("incremental", None, None if CONNECT else 1)
+    assert (forced["technique"], forced["estimate"], forced["delta_rows"]) == ("incremental", None, 1)
     assert matches()
     history = spark.sql("SELECT technique, estimate, delta_rows, delta_bytes FROM mt_refresh_history('by_product') "
                         "WHERE trigger = 'scheduled' ORDER BY started").collect()
