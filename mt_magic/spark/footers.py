@@ -45,34 +45,45 @@ def _footers(fmt: str, files: Sequence[str], statistics: bool) -> Summary | None
         if fmt == "orc":
             from pyarrow import orc
             return sum(orc.ORCFile(local_path(path)).nrows for path in files), {}
-        from pyarrow import parquet
         rows = 0
         for path in files:
-            meta = parquet.read_metadata(local_path(path))
-            rows += meta.num_rows
-            if statistics:
-                _gather(meta, columns)
+            found = os.stat(local_path(path))
+            counted, of_file = _summary_of(path, (found.st_mtime_ns, found.st_size))
+            rows += counted
+            for name, stats in of_file.items() if statistics else ():
+                _gather(columns, name, stats)
     except (ImportError, OSError, ValueError):    # no pyarrow; a file it cannot read (ArrowIOError, ArrowInvalid)
         return None
     return rows, {name: found for name, found in columns.items() if found is not None}
 
 
-def _gather(meta: Any, columns: dict[str, tuple[Any, Any, int] | None]) -> None:
-    """Each column's least and greatest value and NULLs over a file's row groups, into `columns`."""
+@functools.lru_cache(maxsize=4096)
+def _summary_of(path: str, stamp: tuple[int, int]) -> tuple[int, dict[str, tuple[Any, Any, int] | None]]:
+    """A file's rows and its columns' least and greatest value and NULLs over its row groups (None:
+    not known), kept for the process as `_footer` is."""
+    meta = _footer(path, stamp)
+    columns: dict[str, tuple[Any, Any, int] | None] = {}
     for group in range(meta.num_row_groups):
         for index in range(meta.num_columns):
             chunk = meta.row_group(group).column(index)
-            name, stats = chunk.path_in_schema, chunk.statistics
-            if stats is None or not stats.has_min_max or stats.null_count is None:
-                columns[name] = None
-            elif name not in columns:
-                columns[name] = (stats.min, stats.max, stats.null_count)
-            elif columns[name] is not None:
-                low, high, nulls = columns[name]
-                try:
-                    columns[name] = (min(low, stats.min), max(high, stats.max), nulls + stats.null_count)
-                except TypeError:       # values that do not compare
-                    columns[name] = None
+            stats = chunk.statistics
+            known = stats is not None and stats.has_min_max and stats.null_count is not None
+            _gather(columns, chunk.path_in_schema, (stats.min, stats.max, stats.null_count) if known else None)
+    return meta.num_rows, columns
+
+
+def _gather(columns: dict[str, tuple[Any, Any, int] | None], name: str, stats: tuple[Any, Any, int] | None) -> None:
+    """A column's least and greatest value and NULLs in one more row group or file, into `columns`."""
+    if stats is None:
+        columns[name] = None
+    elif name not in columns:
+        columns[name] = stats
+    elif columns[name] is not None:
+        low, high, nulls = columns[name]
+        try:
+            columns[name] = (min(low, stats[0]), max(high, stats[1]), nulls + stats[2])
+        except TypeError:       # values that do not compare
+            columns[name] = None
 
 
 def footer_bytes_within(fmt: str, files: Sequence[str], column: str, low: Any, high: Any) -> int | None:
@@ -113,6 +124,21 @@ def _may_hold(least: Any, greatest: Any, low: Any, high: Any) -> bool:
     return least is None or not (greatest < low or least > high)
 
 
+def footer(path: str) -> Any:
+    """A local Parquet file's footer (pyarrow's FileMetaData) as the file holds now."""
+    found = os.stat(local_path(path))
+    return _footer(path, (found.st_mtime_ns, found.st_size))
+
+
+@functools.lru_cache(maxsize=4096)
+def _footer(path: str, stamp: tuple[int, int]) -> Any:
+    """`footer`, kept for the process by the file's modification time and size (`stamp`; a file written
+    again under its name is read again): the files one append adds are read by every table over
+    the source, by the bounds, the pruning and the read of one refresh each."""
+    from pyarrow import parquet
+    return parquet.read_metadata(local_path(path))
+
+
 def _row_groups(path: str, column: str) -> tuple[tuple[Any, Any, int], ...]:
     """Each row group's least and greatest value of `column` (None, None: not known) and its compressed
     bytes, as the file holds now."""
@@ -122,10 +148,8 @@ def _row_groups(path: str, column: str) -> tuple[tuple[Any, Any, int], ...]:
 
 @functools.lru_cache(maxsize=4096)
 def _row_groups_of(path: str, column: str, stamp: tuple[int, int]) -> tuple[tuple[Any, Any, int], ...]:
-    """`_row_groups`, kept for the process by the file's modification time and size (`stamp`): a file
-    written again under its name is read again (what a refresh reads is pruned by them)."""
-    from pyarrow import parquet
-    meta = parquet.read_metadata(local_path(path))
+    """`_row_groups`, kept for the process as `_footer` is (what a refresh reads is pruned by them)."""
+    meta = _footer(path, stamp)
     names = [meta.schema.column(i).path for i in range(meta.num_columns)]
     at = names.index(column) if column in names else None
     groups = []
