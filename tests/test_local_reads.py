@@ -71,3 +71,18 @@ def test_what_pyarrow_would_read_otherwise_is_left_to_spark(spark, tmp_path, cas
         schema = schema.add("at", T.TimestampType())
     options = {"mergeSchema": "false"} if case == "option" else {}
     assert read_here(spark, fmt, schema, options, files, ()) is None
+
+
+def test_a_file_written_again_under_its_name_is_read_again(spark, tmp_path):
+    """Rows read here are kept for the process by the file's name, time and size: a file written
+    again is read again, and the same file read as another schema is read so."""
+    schema = T.StructType([T.StructField("n", T.LongType())])
+    for folder, low, high in (("t", 0, 3), ("u", 5, 12)):
+        spark.range(low, high, numPartitions=1).selectExpr("id AS n").write.parquet(str(tmp_path / folder))
+    [path], [other] = _files(tmp_path / "t"), _files(tmp_path / "u")
+    assert sorted(read_here(spark, "parquet", schema, {}, [path], ())[0].collect()) == [(0,), (1,), (2,)]
+    with open(other.removeprefix("file:"), "rb") as new, open(path.removeprefix("file:"), "wb") as old:
+        old.write(new.read())
+    assert sorted(read_here(spark, "parquet", schema, {}, [path], ())[0].collect()) == [(n,) for n in range(5, 12)]
+    named = T.StructType([T.StructField("n", T.LongType(), metadata={"comment": "again"})])
+    assert read_here(spark, "parquet", named, {}, [path], ())[0].schema["n"].metadata == {"comment": "again"}

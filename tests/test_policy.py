@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from mt_magic.errors import MaterializedTableError
+from mt_magic.spark.kind import is_connect
 
 QUERY = "SELECT ds, COUNT(*) AS n, SUM(amount) AS total FROM sales GROUP BY ds"
 
@@ -36,6 +37,17 @@ def test_an_append_then_an_overwrite_follow_the_policy(spark, gw, sales, policy)
     rewritten = _fire(gw, "mt", 2)
     assert rewritten["technique"] == "full"
     assert rewritten["reason"] == ("'refresh.policy' = 'full'" if policy == "full" else f"{source} was rewritten")
+    assert _matches(spark, "mt")
+
+
+def test_a_few_rows_appended_are_merged_with_a_small_state_in_one_job(spark, gw, sales):
+    """The state and the appended rows are small: each is read as one partition and merged with no
+    shuffle, the refresh one job that writes its result (a shuffle adds one, and re-planning between);
+    over Connect a refresh's jobs are not counted."""
+    gw.execute(f"CREATE MATERIALIZED TABLE mt FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {QUERY}")
+    spark.sql("INSERT INTO sales VALUES ('2024-01-02', 3, 2.0), ('2024-01-05', 1, 1.0)")
+    appended = _fire(gw, "mt", 1)
+    assert (appended["technique"], appended["jobs"]) == ("incremental", None if is_connect(spark) else 1), appended
     assert _matches(spark, "mt")
 
 

@@ -17,6 +17,8 @@ from pyspark.sql import types as T
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.incremental.rules import Aggregate
 from mt_magic.refresh.choice import Stateful
+from mt_magic.spark.files import Files, is_local
+from mt_magic.spark.frames import in_one_task
 from mt_magic.storage.manifests import CARRIED, Manifest
 
 CARRYING_FORMATS = ("parquet",)      # formats whose readers pick columns by name
@@ -69,12 +71,15 @@ def _type(type_json: Any) -> T.DataType:
         {"name": "x", "type": type_json, "nullable": True, "metadata": {}}]}).fields[0].dataType
 
 
-def read_state(spark: Any, table: MaterializedTable, manifest: Manifest) -> Any:
-    """The published state, its columns by the names the rule's SQL gives them."""
+def read_state(spark: Any, table: MaterializedTable, manifest: Manifest, files: Files) -> Any:
+    """The published state, its columns by the names the rule's SQL gives them; on a local disk and
+    small, in one task (`in_one_task`; a remote file system is not asked its size)."""
     schema = T.StructType.fromJson(json.loads(manifest.state_schema))
     read = T.StructType([T.StructField(f.metadata.get("column", f.name), f.dataType, f.nullable)
                          for f in schema.fields])
-    frame = spark.read.format(manifest.state_format).schema(read).load(manifest.state_paths(table.storage))
+    paths = manifest.state_paths(table.storage)
+    size = sum(size for path in paths for size, _ in files.listing(path).values()) if all(map(is_local, paths)) else None
+    frame = in_one_task(spark.read.format(manifest.state_format).schema(read).load(paths), size)
     if not manifest.carried:
         return frame
     return frame.selectExpr(*[f"`{r.name}` AS `{f.name[len(CARRIED):]}`" for f, r in zip(schema.fields, read.fields)])

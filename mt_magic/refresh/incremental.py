@@ -93,7 +93,7 @@ class Maintainer:
                 if keeping is not None:
                     return self._kept_rows(table, rule, changes, relations, keeping, manifest.kept, retraction)
                 return self._append(table, rule, changes, appended, relations)
-            old = relations.add("old_state", read_state(self.spark, table, manifest))
+            old = relations.add("old_state", read_state(self.spark, table, manifest, self.storage.files))
             if keeping is not None and isinstance(rule, (Aggregate, TopN)):
                 started = time.monotonic()
                 staged = self.partials.change(table, rule, keeping, manifest, old, appended, retraction, relations)

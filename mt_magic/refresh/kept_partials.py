@@ -33,6 +33,7 @@ from mt_magic.refresh.provenance_state import (FILES_KEPT, Keeping, Retraction, 
                                              keep_previous, partition_of, state_files)
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files
+from mt_magic.spark.frames import in_one_task
 from mt_magic.spark.partition_folders import split_into_folders, splittable
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.storage.manifests import KeptState, Manifest
@@ -210,7 +211,8 @@ class KeptPartials:
         return stage, T.StructType([f for f in schema.fields if f.name not in by])
 
     def read(self, relations: Relations, stage: str, schema: T.StructType) -> Any:
-        return relations.files(FORMAT, schema, sorted(self.storage.files.listing(stage)))
+        listing = self.storage.files.listing(stage)
+        return in_one_task(relations.files(FORMAT, schema, sorted(listing)), sum(size for size, _ in listing.values()))
 
     @staticmethod
     def kept_files(relations: Relations, kept_schema: str, paths: list[str], by: Sequence[str] = ()) -> Any:
