@@ -754,6 +754,30 @@ def test_a_reprocessed_day_is_retracted_a_compacted_one_publishes_nothing_and_a_
         assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(query).collect())
 
 
+def test_a_day_rewritten_that_the_query_does_not_read_publishes_nothing(spark, gw):
+    """An aggregate whose filter reads none of a day's rows, before or after the day is reprocessed or
+    emptied: no partials kept for it and none now, so the state stays as it is — nothing published
+    and, the day emptied, no job run (its partials are not staged, nor the state merged again); the
+    table still equals its query."""
+    spark.sql("CREATE TABLE visits (k INT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.sql("INSERT INTO visits SELECT CAST(id % 7 AS INT), CAST(id % 13 AS DOUBLE), concat('d', CAST(id % 4 AS STRING)) "
+              "FROM range(400)")
+    query = "SELECT k, COUNT(*) AS n, SUM(v) AS s FROM visits WHERE ds <> 'd3' GROUP BY k"
+    _daily(gw, {"recent": query})
+    group = f"mt_magic:{gw.describe('recent')['identifier']}"
+    for day, rewrite in enumerate(("SELECT 1, 2.5 FROM range(10)", "SELECT 1, 2.5 WHERE false"), start=1):
+        files = sorted(spark.table("recent").inputFiles())
+        spark.sql(f"INSERT OVERWRITE visits PARTITION (ds = 'd3') {rewrite}")
+        before = None if is_connect(spark) else len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+        gw.refresh("recent", schedule_time=f"2030-01-0{day} 00:00:00")
+        entry = gw.history("recent", limit=1)[0]
+        assert (entry["technique"], entry["inserted"], entry["deleted"]) == ("incremental", 0, 0), entry
+        assert sorted(spark.table("recent").inputFiles()) == files
+        if before is not None and "false" in rewrite:
+            assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == before, entry
+        assert _multiset(spark.table("recent").collect()) == _multiset(spark.sql(query).collect())
+
+
 @pytest.mark.rules
 def test_a_table_over_a_table_that_retracted_rows_receives_the_retraction(spark, gw):
     """A chain: `days` keeps its rows by the day of its plain source; a day reprocessed is retracted

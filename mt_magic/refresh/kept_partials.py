@@ -124,6 +124,8 @@ class KeptPartials:
                 return self._as_kept(table, rule, keeping, published, old, relations, stage, schema.json(), previous)
             added = relations.add("kept_added", self.read(relations, stage, schema)) if stage is not None else None
         gone = files_in(by_partition, rewritten, paired)
+        if added is None and not gone:      # the partitions held no partials and hold none now
+            return self._as_kept(table, rule, keeping, published, old, relations, None, published.schema, previous)
         if subtracts(rule):
             removed = relations.add("kept_removed", self.kept_files(relations, published.schema, gone))
             state_sql = retracted(rule, old, added, removed)
@@ -143,10 +145,11 @@ class KeptPartials:
                       published)
 
     def _as_kept(self, table: MaterializedTable, rule: Aggregate | TopN, keeping: Keeping, published: KeptState,
-                 old: str, relations: Relations, stage: str, schema: str,
+                 old: str, relations: Relations, stage: str | None, schema: str,
                  previous: dict[str, tuple[str, ...]]) -> Staged:
-        """Partials staged equal to those they replace: nothing to publish — unless what the query above
-        the aggregate reads changed, computed again over the state as kept (the stage unused)."""
+        """Partials staged equal to those they replace (or none staged, none replaced): nothing to publish
+        — unless what the query above the aggregate reads changed, computed again over the state as kept
+        (the stage unused)."""
         if all(relations.changes[s].change is SourceChange.UNCHANGED for s in above_only(rule)):
             return Staged(None, stage, schema, keeping, previous)
         self.storage.remove(stage)

@@ -273,10 +273,12 @@ class TableStorage:
         else:
             self.written(version)
 
-    def remove(self, folder: str, settle_s: float = 0.0) -> None:
-        """A folder no reader reads (a staging folder, a failed write), deleted with its note. A task
-        of a failed job that Spark is still killing may write into it after the error reached us:
-        `settle_s` later, in the background, what reappeared is deleted again."""
+    def remove(self, folder: str | None, settle_s: float = 0.0) -> None:
+        """A folder no reader reads (a staging folder, a failed write; None: none), deleted with its
+        note. A task of a failed job that Spark is still killing may write into it after the error
+        reached us: `settle_s` later, in the background, what reappeared is deleted again."""
+        if folder is None:
+            return
         if self.files.exists(folder):
             self.files.delete(folder)
         if settle_s:
