@@ -1,7 +1,6 @@
 """The DataFrames one refresh run reads, by the names its generated SQL gives them: each source
 occurrence's old, new and appended files, the kept state, and what the run wrote itself — built only
-when a query names them, in the run's job group, with the files' statuses fetched by the driver; a
-few small appended files read once a run by this process (`spark.local_reads`), not scanned by Spark."""
+when a query names them, in the run's job group, with the files' statuses fetched by the driver."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from mt_magic.refresh.changes import SourceDelta
 from mt_magic.refresh.choice import Reading
 from mt_magic.refresh.full import job_group
 from mt_magic.refresh.key_bounds import Bounds, KeyBound
-from mt_magic.spark.frames import counting_rows, files_frame, in_one_task, listed_by_driver, query_over, within_ranges
+from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, query_over, within_ranges
 from mt_magic.spark.jobs import job_scope
 from mt_magic.spark.local_reads import read_here
 from mt_magic.sql.statements import quote_identifier
@@ -81,23 +80,21 @@ class Relations:
                                                                  for path in changes[source].files)))
         for index, source in enumerate(sources):
             change, reading = changes[source], readings[source]
-            for version, files, size in ((Version.OLD, change.kept, change.total_bytes - change.added_bytes),
-                                         (Version.NEW, change.files, change.total_bytes),
-                                         (Version.DELTA, change.added, change.added_bytes)):
+            for version, files in ((Version.OLD, change.kept), (Version.NEW, change.files),
+                                   (Version.DELTA, change.added)):
                 self.frames[names.relation(index, version)] = functools.partial(
-                    self._counted, reading, files, size, bounds.keys.get(index, ())) if version is Version.DELTA \
-                    else self._builder(reading, files, size)
+                    self._counted, reading, files, bounds.keys.get(index, ())) if version is Version.DELTA else \
+                    self._builder(reading, files)
         for (index, beside), read in bounds.reads.items():     # in the term of another's append, within its keys
             version = Version.NEW if index < beside else Version.OLD
             names.bounded.add((index, version, beside))
             self.frames[names.relation(index, version, beside)] = lambda reading=readings[sources[index]], \
-                files=read.files, size=changes[sources[index]].total_bytes: self._read(reading, files, size)[0]
+                files=read.files: self._read(reading, files)[0]
         return names
 
-    def _builder(self, reading: Reading, files: tuple[str, ...], size: int) -> Callable[[], Any]:
-        """`size`: the files' bytes, at most; a small read is one task (`in_one_task`)."""
-        return lambda: in_one_task(files_frame(self.spark, reading.format, reading.schema, reading.options, files,
-                                               reading.partition_columns, reading.file_column), size)
+    def _builder(self, reading: Reading, files: tuple[str, ...]) -> Callable[[], Any]:
+        return functools.partial(files_frame, self.spark, reading.format, reading.schema, reading.options, files,
+                                 reading.partition_columns, reading.file_column)
 
     def files(self, fmt: str, schema: Any, files: list[str], partition_columns: tuple[str, ...] = ()) -> Any:
         """Files the run wrote or keeps, read alone; their statuses fetched by the driver."""
@@ -110,10 +107,10 @@ class Relations:
         return files_frame(self.spark, reading.format, reading.schema, reading.options, files,
                            reading.partition_columns, reading.file_column)
 
-    def _counted(self, reading: Reading, files: tuple[str, ...], size: int, bounds: tuple[KeyBound, ...]) -> Any:
+    def _counted(self, reading: Reading, files: tuple[str, ...], bounds: tuple[KeyBound, ...]) -> Any:
         """An appended files' frame that counts the rows read through it, with no job of its own, and
         keeps those within `bounds` (after the count: a row outside is one of a NULL key)."""
-        frame, read = self._read(reading, files, size)
+        frame, read = self._read(reading, files)
         if read is None:
             frame, rows = counting_rows(frame, unreported=None)
         else:
@@ -121,14 +118,14 @@ class Relations:
         self._delta_counts.append(rows)
         return within_ranges(frame, [(b.column, b.low, b.high) for b in bounds])
 
-    def _read(self, reading: Reading, files: tuple[str, ...], size: int) -> tuple[Any, int | None]:
+    def _read(self, reading: Reading, files: tuple[str, ...]) -> tuple[Any, int | None]:
         """These files of a source, and their rows where read already: a few small ones are read once a
         run by this process, for every query of the run that reads them (`local_reads`); others by Spark."""
         key = (files, reading.file_column)
         if key not in self._here:
             self._here[key] = read_here(self.spark, reading.format, reading.schema, reading.options, files,
                                         reading.partition_columns, reading.file_column)
-        return self._here[key] or (self._builder(reading, files, size)(), None)
+        return self._here[key] or (self._builder(reading, files)(), None)
 
     def delta_rows(self) -> int | None:
         """The rows read of the appended files, once the queries that read them ran; None when no
