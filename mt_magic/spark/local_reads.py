@@ -4,11 +4,13 @@ Spark scans a file with a task that opens it and reads its footer. An append to 
 by month adds a file to each month (TPC-H's RF1: 79 files of `lineitem`, 8,483 rows, 0.6 MB): on two
 cores a query over them took 0.36-0.64 s, and 0.10-0.17 s over the same rows read here by pyarrow
 (0.04 s) into a local relation — which Spark's optimizer also sees whole (a filter over it is evaluated
-as it plans, a join with no match dropped), in one partition (`frames.in_one_task`). Only where pyarrow reads what Spark's reader would: Parquet
-on a local disk, no reader options, columns of plain types under their exact names and Parquet types,
-dates only from files Spark 3 or later wrote in its own calendar, partition values of text, whole
-numbers or dates; and only a few rows (Spark's optimizer evaluates a filter over a local relation row
-by row as it plans). Elsewhere (or a file pyarrow cannot read) Spark reads them.
+as it plans, a join with no match dropped), in one partition (`frames.in_one_task`). Only where pyarrow
+reads what Spark's reader would: Parquet on a local disk, no reader options, columns of plain types
+under their exact names and Parquet types, dates only from files Spark 3 or later wrote in its own
+calendar, partition values of text, whole numbers or dates; and only a few rows (Spark's optimizer
+evaluates a filter over a local relation row by row as it plans). Elsewhere (or a file pyarrow cannot
+read) Spark reads them. The rows read, and the relation made of them, are kept for the process: every
+table over a source reads the same append, one after another.
 """
 
 from __future__ import annotations
@@ -93,8 +95,8 @@ def _arrow_type(data_type: T.DataType) -> str:
 
 
 class _Kept:
-    """Files' rows as read here, the latest first out past KEPT_BYTES, by the file's name, modification
-    time and size and the reading (a file written again under its name is read again)."""
+    """Files' rows as read here, by the file's name, modification time and size and the reading (a file
+    written again under its name is read again); past KEPT_BYTES, the least recently read go first."""
 
     def __init__(self) -> None:
         self._rows: OrderedDict[tuple, Any] = OrderedDict()
