@@ -35,17 +35,30 @@ def orders(spark, db):
 
 
 @pytest.fixture
-def streaming(gw, orders):
-    gw.execute(f"CREATE MATERIALIZED TABLE per_user FRESHNESS = INTERVAL '1' SECOND AS {AGGREGATE}; "
-               f"CREATE MATERIALIZED TABLE big FRESHNESS = INTERVAL '1' SECOND AS {FILTERED}")
+def per_user(gw, orders):
+    """A streamed aggregate (complete mode). A test starts only the jobs it reads: over Spark Connect
+    each job's start launches a Python worker in the server, seconds."""
+    gw.execute(f"CREATE MATERIALIZED TABLE per_user FRESHNESS = INTERVAL '1' SECOND AS {AGGREGATE}")
     return gw
 
 
-def test_an_idle_stream_that_is_up_to_date_is_not_stale(spark, streaming):
+@pytest.fixture
+def big(gw, orders):
+    """A streamed filter (append mode)."""
+    gw.execute(f"CREATE MATERIALIZED TABLE big FRESHNESS = INTERVAL '1' SECOND AS {FILTERED}")
+    return gw
+
+
+@pytest.fixture
+def streaming(per_user, big):
+    return per_user
+
+
+def test_an_idle_stream_that_is_up_to_date_is_not_stale(spark, per_user):
     """No new rows for several triggers: the job keeps looking at its sources, so the table is fresh."""
     follows(spark, "per_user", AGGREGATE)
     time.sleep(4)          # four times the freshness with nothing to read
-    wait_for(lambda: not [s for s in table_statuses(streaming) if s.stale], timeout=15)
+    wait_for(lambda: not [s for s in table_statuses(per_user) if s.stale], timeout=15)
 
 
 def test_tables_follow_appended_rows(spark, streaming):
@@ -97,12 +110,12 @@ def test_suspend_append_resume_processes_the_appended_rows_once(spark, streaming
     assert "restore_path" not in described["refresh_handler"]
 
 
-def test_alter_as_appends_a_column_and_starts_fresh(spark, streaming):
+def test_alter_as_appends_a_column_and_starts_fresh(spark, big):
     follows(spark, "big", FILTERED)
-    old = streaming.describe("big")["refresh_handler"]
-    streaming.execute("ALTER MATERIALIZED TABLE big AS SELECT user_id, amount, amount * 2 AS twice "
-                      "FROM orders WHERE amount > 2")
-    new = streaming.describe("big")["refresh_handler"]
+    old = big.describe("big")["refresh_handler"]
+    big.execute("ALTER MATERIALIZED TABLE big AS SELECT user_id, amount, amount * 2 AS twice "
+                "FROM orders WHERE amount > 2")
+    new = big.describe("big")["refresh_handler"]
     assert new["streaming_query_id"] != old["streaming_query_id"]
     assert new["checkpoint_location"] != old["checkpoint_location"]
     spark.sql("INSERT INTO orders VALUES (4, 8.0)")
@@ -151,9 +164,9 @@ def test_set_freshness_moves_between_continuous_and_full(spark, gw, orders):
     follows(spark, "per_user", AGGREGATE)
 
 
-def test_manual_refresh_beside_the_stream(spark, streaming):
+def test_manual_refresh_beside_the_stream(spark, per_user):
     follows(spark, "per_user", AGGREGATE)
-    [result] = streaming.execute("ALTER MATERIALIZED TABLE per_user REFRESH")
+    [result] = per_user.execute("ALTER MATERIALIZED TABLE per_user REFRESH")
     assert "Refreshed" in result.message
     assert rows(spark, "SELECT * FROM per_user") == rows(spark, AGGREGATE)
 
@@ -216,11 +229,11 @@ def test_a_rewritten_streamed_source_prints_no_java_text_in_a_users_process(tmp_
     assert not java, "\n".join(java[:20])
 
 
-def test_running_a_notebook_again_leaves_a_table_and_its_job_alone(streaming):
-    before = streaming.describe("per_user")["refresh_handler"]["streaming_query_id"]
+def test_running_a_notebook_again_leaves_a_table_and_its_job_alone(per_user):
+    before = per_user.describe("per_user")["refresh_handler"]["streaming_query_id"]
     with pytest.raises(MaterializedTableError, match="already exists; CREATE OR ALTER MATERIALIZED TABLE"):
-        streaming.execute(f"CREATE MATERIALIZED TABLE per_user FRESHNESS = INTERVAL '1' SECOND AS {AGGREGATE}")
-    [result] = streaming.execute(f"CREATE OR ALTER MATERIALIZED TABLE per_user FRESHNESS = INTERVAL '1' SECOND "
-                                 f"AS {AGGREGATE}")
+        per_user.execute(f"CREATE MATERIALIZED TABLE per_user FRESHNESS = INTERVAL '1' SECOND AS {AGGREGATE}")
+    [result] = per_user.execute(f"CREATE OR ALTER MATERIALIZED TABLE per_user FRESHNESS = INTERVAL '1' SECOND "
+                                f"AS {AGGREGATE}")
     assert result.message.endswith("per_user is unchanged.")
-    assert streaming.describe("per_user")["refresh_handler"]["streaming_query_id"] == before
+    assert per_user.describe("per_user")["refresh_handler"]["streaming_query_id"] == before
