@@ -33,10 +33,12 @@ demo: setup
 # process tests beside them, 42:43 each (the whole fresh-clone CI 44 minutes, against 49 before).
 # The tests that start their own processes (services, kernels, killed workers; marked `processes`) run
 # once, beside the passes, from the start: they mostly wait for their processes (alone they took over
-# 20 minutes). Their output follows the passes'; any pass failing fails the command. The tests of what
-# the refresh rules choose (marked `rules`: techniques, files, partials — decided above the Spark
-# adapter) run in the classic pass alone: they were a quarter of the Connect pass (510 of 1871 s), and
-# over Connect the stateful test of every shape drives each rule through the adapter. Every JVM the
+# 20 minutes); so do the classic runs of the longest tests (marked `long`): the classic pass took ten
+# minutes longer than they (29:21 against 19:06), a whole run 31:58. Their output follows the passes';
+# any pass failing fails the command. The tests of what the refresh rules choose (marked `rules`:
+# techniques, files, partials — decided above the Spark adapter) run in the classic pass alone: they
+# were a quarter of the Connect pass (510 of 1871 s), and over Connect the stateful test of every shape
+# drives each rule through the adapter. Every JVM the
 # tests start runs with the quick compiler only, a larger code cache and the serial collector, and
 # starts from the archive of Spark's classes built below (SPARK_SUBMIT_OPTS, set in tests/conftest.py,
 # where the reasons and figures are).
@@ -53,11 +55,11 @@ test:
 	$(MAKE) --no-print-directory -j4 $(PREREQUISITES)
 	$(BIN)/lint-imports --no-cache
 	log=$$(mktemp); connect_log=$$(mktemp); \
-	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m processes \
+	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m 'processes or long' \
 	  --basetemp=$$(mktemp -d) >$$log 2>&1 & processes=$$!; \
 	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) MT_MAGIC_SPARK_REMOTE='local[2]' $(BIN)/python -m pytest -q \
 	  -m 'not processes and not rules' tests >$$connect_log 2>&1 & connect=$$!; \
-	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m 'not processes'; classic=$$?; \
+	$(TEST_ENV) IPYTHONDIR=$$(mktemp -d) $(BIN)/python -m pytest -q -m 'not processes and not long'; classic=$$?; \
 	wait $$connect; connect_passed=$$?; wait $$processes; separate=$$?; \
 	echo "--- the Connect pass:"; cat $$connect_log; \
 	echo "--- tests that start their own processes:"; cat $$log; \
