@@ -22,7 +22,8 @@ from mt_magic.refresh.changes import Change, Snapshot, SourceChange, Snapshots
 from mt_magic.refresh.choice import Chooser, Known
 from mt_magic.refresh.decision import RefreshDecision, Situation, decide
 from mt_magic.refresh.full import job_group, run_refresh
-from mt_magic.refresh.incremental import Maintained, Maintainer
+from mt_magic.refresh.incremental import Maintainer
+from mt_magic.refresh.maintained import Maintained
 from mt_magic.refresh.table_change import table_change, unchanged
 from mt_magic.storage.manifests import Manifests
 from mt_magic.spark.tables import forgetting_listings

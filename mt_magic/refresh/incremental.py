@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 from mt_magic.catalog.model import MaterializedTable, Storage, Target
@@ -31,6 +30,7 @@ from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.kept_partials import KeptPartials, Staged
 from mt_magic.refresh.key_bounds import Bounds
 from mt_magic.refresh.kept_rows import RowsByPartition, fingerprints, merged
+from mt_magic.refresh.maintained import STATE_FORMAT, Maintained, as_published
 from mt_magic.refresh.provenance_state import Keeping, Retraction, Way, partition_of
 from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.choice import Reading, Stateful, table_reading
@@ -43,29 +43,12 @@ from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, 
 from mt_magic.spark.sessions import default_parallelism
 from mt_magic.spark.files import Listing
 from mt_magic.storage.compaction import files_for, files_to_compact
-from mt_magic.storage.manifests import KeptRows, KeptState, Manifest
+from mt_magic.storage.manifests import KeptRows, Manifest
 from mt_magic.storage.formats import data_source_options, folder_writer
 from mt_magic.storage.linked import extended
 from mt_magic.storage.versions import TableStorage
 
 STATE_FOLDER = "_state"
-STATE_FORMAT = "parquet"
-
-
-@dataclass(frozen=True)
-class Maintained:
-    """An incremental run: what readers see now (as before when no row was added), the state kept."""
-
-    result: RefreshResult
-    state: str | None = None
-    state_schema: str | None = None
-    delta_rows: int | None = None           # the rows read of the appended files
-    state_format: str = STATE_FORMAT
-    kept: KeptState | KeptRows | None = None    # the partials (the rows) kept by source partition
-    compacted: frozenset[str] = frozenset()     # published files whose rows it wrote again into fewer
-
-    def manifest(self, listings: dict) -> Manifest:
-        return Manifest(listings, self.state, self.state_schema, self.state_format, self.kept)
 
 
 class Maintainer:
@@ -86,7 +69,7 @@ class Maintainer:
         above = above_only(rule)        # (read as they are now by the query above: their change needs nothing)
         appended = {s for s, d in changes.items() if d.change is SourceChange.APPENDED} - above
         if not appended and retraction is None and all(changes[s].change is SourceChange.UNCHANGED for s in above):
-            return _as_published(table, manifest, RefreshResult(table.storage, 0, 0.0, job_group(table)))
+            return as_published(table, manifest, RefreshResult(table.storage, 0, 0.0, job_group(table)))
         with Relations(self.spark, table, "incremental") as relations:
             names = relations.naming(rule.sources, changes, readings, bounds=bounds or Bounds())
             if isinstance(rule, Linear):
@@ -99,7 +82,7 @@ class Maintainer:
                 staged = self.partials.change(table, rule, keeping, manifest, old, appended, retraction, relations)
                 if staged.state_sql is None:        # the rewritten partitions' partials are what they were
                     self.storage.remove(staged.stage)
-                    return _as_published(table, manifest, RefreshResult(
+                    return as_published(table, manifest, RefreshResult(
                         table.storage, 0, time.monotonic() - started, relations.group), relations.delta_rows())
                 return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
             within = None if takes_rows_away(rule, appended) else partitioning_key(table, rule, manifest)
@@ -339,12 +322,4 @@ class Maintainer:
             raise
         self.storage.written(version)
         return published
-
-
-def _as_published(table: MaterializedTable, manifest: Manifest | None, result: RefreshResult,
-                  delta_rows: int | None = None) -> Maintained:
-    """A run that publishes nothing: the data, its state and the partials kept stay what they are."""
-    if manifest is None:
-        return Maintained(result, delta_rows=delta_rows)
-    return Maintained(result, manifest.state, manifest.state_schema, delta_rows, manifest.state_format, manifest.kept)
 
