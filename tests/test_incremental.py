@@ -646,6 +646,34 @@ def test_an_aggregates_state_rides_in_its_data_files_unless_having_filters_group
                 assert in_files == ["k", "total", "cost", "__mt_state_a1"]
 
 
+def test_small_partials_kept_by_day_are_all_the_state_an_aggregate_without_a_row_per_group_keeps(spark, gw):
+    """Where the data has no row per group (HAVING) and the partials kept by day are small, no state by
+    group is written beside them: each refresh merges it from them as it reads them — after an append,
+    a day rewritten and an append that only the query above reads; grown past a task's worth, the state is
+    written again, and read by the next refresh."""
+    spark.sql("CREATE TABLE daily (k STRING, amount DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.sql("CREATE TABLE region (k STRING, name STRING) USING parquet")
+    spark.sql("INSERT INTO daily VALUES ('a', 1.0, 'd1'), ('b', 2.0, 'd1'), ('a', 3.0, 'd2'), (NULL, 4.0, 'd2')")
+    spark.sql("INSERT INTO region VALUES ('a', 'north')")
+    query = ("SELECT t.k, t.total, r.name FROM (SELECT k, SUM(amount) AS total FROM daily GROUP BY k "
+             "HAVING COUNT(*) > 1) t LEFT JOIN region r ON t.k = r.k")
+    gw.execute("CREATE MATERIALIZED TABLE merged_small WITH ('refresh.policy' = 'incremental') "
+               f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    changes = [("INSERT INTO daily VALUES ('b', 5.0, 'd2'), ('c', 1.0, 'd3'), (NULL, 1.0, 'd3')", False),
+               ("INSERT OVERWRITE daily PARTITION (ds = 'd1') VALUES ('b', 7.0), ('c', 2.0)", False),
+               ("INSERT INTO region VALUES ('b', 'south')", False),
+               ("INSERT INTO daily SELECT md5(CAST(id AS STRING)), id, 'd4' FROM range(150000)", True),
+               ("INSERT INTO daily VALUES ('a', 1.0, 'd5')", True)]
+    assert not os.path.exists(os.path.join(_location(spark, "merged_small"), "_state"))
+    for change, written in changes:
+        spark.sql(change)
+        gw.refresh("merged_small")
+        entry = gw.history("merged_small", limit=1)[0]
+        assert entry["technique"] == "incremental", (change, entry.get("reason"))
+        assert _multiset(spark.table("merged_small").collect()) == _multiset(spark.sql(query).collect()), change
+        assert os.path.isdir(os.path.join(_location(spark, "merged_small"), "_state")) == written, change
+
+
 def test_a_partitioned_aggregate_rewrites_only_the_partitions_its_change_touches(spark, gw):
     spark.sql("CREATE TABLE src (k INT, amount DOUBLE, ds STRING) USING parquet")
     spark.sql("INSERT INTO src VALUES (1, 1.0, 'a'), (2, 2.0, 'a'), (1, 3.0, 'b'), (3, 1.0, NULL)")

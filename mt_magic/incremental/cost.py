@@ -83,7 +83,7 @@ Within = Callable[[int, int, bool], "int | None"]
 def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceBytes],
              state_bytes: int | None, within: Within | None = None, checked: Collection[int] = (),
              state_work: str = "", apart: Mapping[int, Collection[int]] | None = None,
-             above: Sequence[str] = ()) -> Estimate:
+             above: Sequence[str] = (), state_passes: int = STATE_PASSES) -> Estimate:
     """`branches`: per UNION ALL branch (one for a plain SELECT), the source each occurrence reads;
     `state_bytes`: the hidden state's size, None for a table that keeps none; `within`: what a read
     bounded by the appended rows' join keys scans (`key_bounds`); `checked`: the occurrences held still
@@ -91,7 +91,8 @@ def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceByte
     appended rows are checked against their old ones (`linear.term_trees`); `state_work`: what reading
     and writing `state_bytes` is for, if not merging a state (a linear table's rows taken away); `apart`:
     per occurrence, those an append to it reads none of (the other sides of a UNION ALL it is read under);
-    `above`: the sources the query above an aggregate reads (`nested`), read whole by either technique."""
+    `above`: the sources the query above an aggregate reads (`nested`), read whole by either technique;
+    `state_passes`: how often the state's bytes are read or written (its partials only read: once)."""
     parts = _Parts()
     incremental = full = start = 0
     for occurrences in branches:
@@ -116,7 +117,7 @@ def estimate(branches: Sequence[Sequence[str]], sources: Mapping[str, SourceByte
         full += sources[source].new
         incremental += parts.add(f"reading {source} whole for the query above the aggregate", sources[source].new)
     if state_bytes is not None:
-        incremental += parts.add(state_work or _MERGING, STATE_PASSES * state_bytes)
+        incremental += parts.add(state_work or _MERGING, state_passes * state_bytes)
         full += state_bytes
     return Estimate(incremental, full, tuple(parts.items()))
 

@@ -24,7 +24,7 @@ from mt_magic.errors import MaterializedTableError
 from mt_magic.incremental.below_join import below, qualified, unnamed_padding
 from mt_magic.incremental.distinct_pairs import retractable
 from mt_magic.incremental.keyed_subqueries import keyed_sources, keyed
-from mt_magic.incremental.cost import Estimate, SourceBytes, Within, estimate, estimate_below
+from mt_magic.incremental.cost import STATE_PASSES, Estimate, SourceBytes, Within, estimate, estimate_below
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.plan import maintained_plan
 from mt_magic.incremental.rules import (Aggregate, DistinctCount, Linear, Recompute, Rule, TopN, apart_occurrences,
@@ -95,8 +95,7 @@ class Known:
     readings: dict[str, Reading | str]
     state_kept: bool = False
     estimate: Estimate | None = None
-    keeping: Keeping | None = None          # the source partitions an aggregate's partials (a linear
-    # table's rows) are kept by
+    keeping: Keeping | None = None          # what an aggregate's partials (a linear table's rows) are kept by
     bounds: Bounds = field(default_factory=Bounds)     # the appended rows' join keys, bounding the others' reads
 
 
@@ -186,8 +185,7 @@ class Chooser:
                                "Analysing the state") if isinstance(rule, Aggregate) and rule.averaged else None
             state = query_frame(self.spark, state_sql)
             probe = f"mt_state_{uuid.uuid4().hex[:10]}"
-            # (grouping sets and DISTINCT aggregates judged per state row: what merges them again is the
-            # rule's own aggregate)
+            # (grouping sets, DISTINCT aggregates: judged per state row; the rule's own aggregate merges them)
             output = rule.output(probe, table.query_columns, regrouped=False) \
                 if isinstance(rule, Aggregate) and rule.regroups else rule.output(probe, table.query_columns)
             if isinstance(rule, Aggregate) and rule.above is not None:
@@ -291,8 +289,8 @@ class Chooser:
             keeping = paired(keeping, rule, readings, self.snapshots.store.get)
         if manifest is None or any(isinstance(r, str) for r in readings.values()):
             return Known(rule, readings, keeping=keeping)
-        kept = (not isinstance(rule, STATEFUL) or manifest.state is not None and self.files.exists(manifest.state)) \
-            and fits(rule, manifest, keeping)
+        kept = (not isinstance(rule, STATEFUL) or manifest.state_folder is not None
+                and self.files.exists(manifest.state_folder)) and fits(rule, manifest, keeping)
         appended = any(d.change is SourceChange.APPENDED for d in changes.values())
         bounds, within = key_bounds(rule, readings, changes) if kept and appended else (Bounds(), None)
         weighs = kept and appended and table.options.get(REFRESH_POLICY, "auto") == "auto" and \
@@ -315,16 +313,18 @@ class Chooser:
         if taking:
             state = sum(size for location in data_locations(table.storage)
                         for size, _ in self.files.listing(location).values())
-        kept = manifest.kept
-        layout = below(rule, kept.provenance.occurrence) \
-            if isinstance(rule, Aggregate) and isinstance(kept, KeptState) else None
+        layout = below(rule, kept.provenance.occurrence) if isinstance(rule, Aggregate) and \
+            isinstance(kept := manifest.kept, KeptState) else None
         if layout is not None:
             partials = sum(size for size, _ in self.files.listing(kept.folder).values()) \
                 if self.files.exists(kept.folder) else 0
             return estimate_below(kept.source, sources, partials, state or 0, layout.padded)
-        return estimate(branches, sources, state, within, set(monotone_occurrences(rule)),
-                        "writing the table's rows again without those taken away" if taking else "",
-                        apart_occurrences(rule), above)
+        # merged from its partials: read, none written — unless another source's append reaches them all
+        merged = manifest.merged_from_partials and all(s == manifest.kept.source or not b.added for s, b in sources.items())
+        work = "writing the table's rows again without those taken away" if taking else \
+            "merging the state from the partials kept by source partition" if manifest.merged_from_partials else ""
+        return estimate(branches, sources, state, within, set(monotone_occurrences(rule)), work, apart_occurrences(rule),
+                        above, 1 if merged else STATE_PASSES)
 
 
 def table_reading(table: MaterializedTable) -> Reading:

@@ -10,7 +10,8 @@ reading this one see an append). An aggregate's state (partials per group) or a 
 ranked rows within N) is merged with the change's, and the data is the state's final projection: data and
 state are published together, or neither is. Where the data has a row per group, the state rides in
 the data's own files (`refresh/carried`); elsewhere it is written first, beside the new version's data
-(`_state`, a folder readers skip).
+(`_state`, a folder readers skip) — unless it is merged from small partials kept by source partition as
+they are read (`refresh/kept_partials`).
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ class Maintainer:
                 if keeping is not None:
                     return self._kept_rows(table, rule, changes, relations, keeping, manifest.kept, retraction)
                 return self._append(table, rule, changes, appended, relations)
-            old = relations.add("old_state", read_state(self.spark, table, manifest, self.storage.files))
+            old = relations.add("old_state", read_state(self.spark, table, manifest, self.storage.files)) \
+                if not manifest.merged_from_partials else None
             if keeping is not None and isinstance(rule, (Aggregate, TopN)):
                 started = time.monotonic()
                 staged = self.partials.change(table, rule, keeping, manifest, old, appended, retraction, relations)
@@ -249,22 +251,26 @@ class Maintainer:
         started = time.monotonic()
         if carries_state(table, rule):
             return self._carrying(table, rule, state_sql, relations, started, touched, staged)
-        stage = self.storage.new_version(table)
+        # the state by group written apart, or (`Staged.apart`) merged from the partials as they are read
+        stage = self.storage.new_version(table) if staged is None or staged.apart else None
         try:
             with relations.query(state_sql) as state:
                 schema = spark_call(lambda: state.schema, f"Refreshing {table.identifier}")
-                spark_call(lambda: state.write.format(STATE_FORMAT).mode("error").save(stage),
-                           f"Refreshing {table.identifier}")
-            read = relations.delta_rows()
-            merged = relations.add("state", self.spark.read.format(STATE_FORMAT).schema(schema).load(stage))
+                if stage is not None:
+                    spark_call(lambda: state.write.format(STATE_FORMAT).mode("error").save(stage),
+                               f"Refreshing {table.identifier}")
+            merged = f"({state_sql}) AS mt_state" if stage is None else \
+                relations.add("state", self.spark.read.format(STATE_FORMAT).schema(schema).load(stage))
             result = rule.output(merged, table.query_columns, reading=relations.names.name)
             with relations.query(shaped_sql(result, table.columns, table.identifier)) as output:
                 frame, rows = counting_rows(output)
                 version = self.storage.new_version(table)
                 self._write(table, frame, version)
+            read = relations.delta_rows()
             self.storage.files.mkdirs(version)
-            state_folder = f"{version}/{STATE_FOLDER}"
-            self.storage.files.rename(stage, state_folder)
+            state_folder = None if stage is None else f"{version}/{STATE_FOLDER}"
+            if stage is not None:
+                self.storage.files.rename(stage, state_folder)
             published = self._publish(table, version, check=relations.verify, staged=staged)
         except BaseException:
             self.storage.remove(stage)

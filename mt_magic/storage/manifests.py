@@ -124,12 +124,23 @@ class Manifest:
         """The state's columns are in the data's files (its folder is the data's version)."""
         return any(name.startswith(CARRIED) for name in self.state_columns)
 
+    @property
+    def merged_from_partials(self) -> bool:
+        """No state by group was written: an aggregate merges it from its partials kept by source
+        partition as it reads them (`refresh.kept_partials`)."""
+        return self.state is None and self.state_schema is not None and isinstance(self.kept, KeptState)
+
+    @property
+    def state_folder(self) -> str | None:
+        """The folder the state is read from: its own, or the partials it is merged from."""
+        return self.kept.folder if self.merged_from_partials else self.state
+
     def state_paths(self, published: Storage) -> list[str]:
         """Where the state's files are: a state in the data's files is the published data, whose
         partitions (where the catalog holds them) lie in the versions that last wrote them."""
         if self.carried and published.partitions:
             return [p.location for p in published.partitions]
-        return [self.state] if self.state else []
+        return [self.state_folder] if self.state_folder else []
 
 
 class Manifests:

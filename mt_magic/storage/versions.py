@@ -149,9 +149,10 @@ class TableStorage:
             self.files.touch(note_of(version))
         return version
 
-    def written(self, version: str) -> None:
-        """The write of `version` is over (published, or failed and discarded)."""
-        self.files.delete(note_of(version))
+    def written(self, version: str | None) -> None:
+        """The write of `version` is over (published, or failed and discarded; None: none begun)."""
+        if version is not None:
+            self.files.delete(note_of(version))
 
     def published_files(self, table: MaterializedTable) -> Listing:
         """The data files readers read now."""
