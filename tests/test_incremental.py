@@ -887,8 +887,9 @@ def test_a_corrected_dimension_is_joined_again_with_the_partials_kept_or_diffed(
     read the fact table alone, its partials are kept below the join (by day and join key; a filter over
     the facts applied below): the dimension rewritten with rows changed, gone and new (duplicates and a
     NULL key among them) is joined with them again, the facts not read. Where they read the dimension
-    too, its content is kept beside the partials and the rewrite is diffed; a MAX or a DECIMAL sum over
-    it, or a dimension above 'refresh.small-source.max-size', recomputes. Each equals its query."""
+    too, its content is kept beside the partials and the rewrite is diffed (also where the state is merged
+    from the partials as read, a top-N above: a region the rewrite empties is gone); a MAX or a DECIMAL sum
+    over it, or a dimension above 'refresh.small-source.max-size', recomputes. Each equals its query."""
     spark.sql("CREATE TABLE facts (k INT, v DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
     spark.sql("INSERT INTO facts SELECT CAST(id % 9 AS INT), CAST(id % 5 AS DOUBLE), concat('d', CAST(id % 4 AS STRING)) "
               "FROM range(400)")
@@ -900,6 +901,8 @@ def test_a_corrected_dimension_is_joined_again_with_the_partials_kept_or_diffed(
     queries = {"by_region": f"SELECT d.region, SUM(f.v) AS s, COUNT(*) AS n {joined} WHERE f.v > 0 GROUP BY d.region",
                "lowest": f"SELECT d.region, MIN(f.v) AS lo, AVG(f.v) AS mean {joined} GROUP BY d.region",
                "weighted": f"SELECT d.region, SUM(f.v * d.w) AS s, COUNT(*) AS n {joined} GROUP BY d.region",
+               "weighted_top": f"SELECT d.region, SUM(f.v * d.w) AS s, COUNT(*) AS n {joined} GROUP BY d.region "
+                               "ORDER BY s DESC LIMIT 10",
                "heaviest": f"SELECT d.region, MAX(f.v + d.w) AS hi {joined} GROUP BY d.region",
                "costs": f"SELECT d.region, SUM(CAST(f.v * d.w AS DECIMAL(10, 2))) AS c {joined} GROUP BY d.region"}
     dims = f"spark_catalog.{spark.catalog.currentDatabase()}.dims"
@@ -907,7 +910,7 @@ def test_a_corrected_dimension_is_joined_again_with_the_partials_kept_or_diffed(
     rewritten = r"rewritten: \d+ files? removed, \d+ written \(\d+ bytes\); "
     incremental = {"by_region": f"its files now joined with the partials kept of {facts}, whose rows are not read again",
                    "weighted": "its previous content diffed with its files now, the difference joined"}
-    incremental["lowest"] = incremental["by_region"]
+    incremental["lowest"], incremental["weighted_top"] = incremental["by_region"], incremental["weighted"]
     recomputed = {"heaviest": "a MIN or MAX over it is recomputed", "costs": "a DECIMAL sum over it is recomputed"}
     _daily(gw, queries)
     corrections = ["INSERT OVERWRITE dims VALUES (0, 'a', 1), (1, 'c', 2), (2, 'b', 3), (2, 'b', 3), (6, 'd', 4), "
@@ -921,6 +924,7 @@ def test_a_corrected_dimension_is_joined_again_with_the_partials_kept_or_diffed(
             if name in incremental:
                 assert entry["technique"] == "incremental", entry
                 assert re.fullmatch(rewritten + re.escape(incremental[name]), entry["sources"][dims]), entry
+                assert not os.path.isdir(os.path.join(_location(spark, name), "_state")), name   # in the data or merged
             else:
                 assert (entry["technique"], entry["reason"]) == ("full", f"{dims} was rewritten ({recomputed[name]})"), \
                     entry

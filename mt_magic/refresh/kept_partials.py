@@ -155,10 +155,13 @@ class KeptPartials:
 
     def _merged(self, rule: Aggregate | TopN, relations: Relations, published: KeptState,
                 by_partition: dict[str, Listing], gone: list[str], added: str | None) -> str:
-        """The state by group merged from the kept partials but those `gone`, and those `added`."""
+        """The state by group merged from the kept partials but those `gone`, and those `added` (partials
+        that subtract may hold rows taken away: a group whose rows reach zero is gone, `retracted`)."""
         paths = sorted({path for listing in by_partition.values() for path in listing} - set(gone))
         others = relations.add("kept_others", in_one_task(self.kept_files(relations, published.schema, paths),
                                                           _size(by_partition, paths)))
+        if subtracts(rule):
+            return retracted(rule, others, added, None)
         columns = ", ".join(rule.state_columns)
         union = f"SELECT {columns} FROM {others}" + (f" UNION ALL SELECT {columns} FROM {added}" if added else "")
         return merged_partitions(rule, f"({union}) AS partials")
