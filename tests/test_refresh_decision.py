@@ -107,14 +107,14 @@ def test_explain_shows_a_padded_sides_partials_kept_below_the_join_and_subquerie
            "more)" in valued
     listed = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE listed REFRESH")[0].rows)["maintained plan"].splitlines()
     assert listed[0] == f"scan {db}.sales: its appended files read (its change)" and "HAVING: applied to the merged " \
-        "groups" in listed and "the keys an IN lists, grouped (the aggregate): the query above reads them through a " \
-        "LEFT JOIN, a value not among them padded with NULL" in listed
+        "groups" in listed and "the keys an IN lists, grouped (the aggregate): the query above reads them through the " \
+        "IN, a semi-join" in listed
     assert f"scan {db}.sales: read whole by the query above the aggregate, each refresh (its change is the " \
            "aggregate's, as above)" in listed
     bought = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE bought REFRESH")[0].rows)["maintained plan"].splitlines()
     assert bought[2:4] == ["aggregate by sales.product_id: the change's groups added; state: the groups",
-                           "the keys an IN lists, grouped (the aggregate): the query above reads them through a LEFT "
-                           "JOIN, a value not among them padded with NULL"], bought
+                           "the keys an IN lists, grouped (the aggregate): the query above reads them through the IN, "
+                           "a semi-join"], bought
     undercut = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE undercut REFRESH")[0].rows)["maintained plan"]
     assert "aggregate by s.product_id: the change's partials merged (MAX, SUM); state: 2 partials per group\nthe " \
            "keys an EXISTS or NOT EXISTS tests, counted or with the least or greatest value it compares (the " \

@@ -12,9 +12,12 @@ each subquery's rows counted by a FILTER of its own (so a key's count may be 0).
 its value per key the same way (`… AS mt_value … GROUP BY l_partkey, l_suppkey) AS mt_scalar0`), where
 that value is NULL over no rows as the subquery's is: arithmetic over SUM, AVG, MIN and MAX alone (a COUNT
 is 0 there, a COALESCE anything). An IN over the one column a subquery groups by (`o_orderkey IN (SELECT
-l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)`, Q18) lists each key once: `…
-AS mt_in0 ON mt_in0.mt_k0 = o_orderkey WHERE mt_in0.mt_k0 IS NOT NULL`; a plain IN (a semi-join) lists its
-values so, grouped. Each LEFT JOIN matches an outer row once at most, so any place in WHERE may read it.
+l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)`, Q18) stays an IN, of those
+keys read from the subquery named `mt_in0` (`o_orderkey IN (SELECT mt_in0.mt_k0 FROM (SELECT l_orderkey AS
+mt_k0 …) AS mt_in0)`): a semi-join, which Spark runs before the query's other joins (a LEFT JOIN tested for
+NULL it ran after them — Q18's orders joined with every line item first: 3.7 s against 0.9 at scale 1);
+a plain IN lists its values so, grouped. Each LEFT JOIN matches an outer row once at most, so any place
+in WHERE may read it.
 The grouped source is an aggregate read as a subquery (`nested`): kept per partition of its source, an
 append adds to it, a rewritten partition's partials are retracted (a key whose rows all left is gone), and
 the query around it is computed again over it and its own tables, read whole (a change of those only it
@@ -80,8 +83,7 @@ def keyed(query: str, counted: Collection[str]) -> str:
                 pending.append(counted_keys)
                 part = counted_keys.read
             elif listed is not None:
-                join, part = listed
-                select.set("joins", [*(select.args.get("joins") or []), join])
+                part = listed
                 found += 1
             for subquery in list(_scalars(part)):
                 valued = _valued_keys(subquery, counted, names, f"{PENDING}{len(pending)}")
@@ -191,11 +193,10 @@ def _counted_keys(part: exp.Expression, counted: Collection[str], names: list[st
                   exp.Not(this=test) if negated else test, KEYS, pending)
 
 
-def _listed_keys(part: exp.Expression, counted: Collection[str], names: list[str],
-                 alias: str) -> tuple[exp.Join, exp.Expression] | None:
-    """The LEFT JOIN of the grouped keys an IN conjunct lists (`_grouped`: each once, so an outer row
-    matches one at most) and the test that its value is among them (a NULL value matches none, as IN
-    is not TRUE then), or None where the list is not one over a counted source, or is correlated."""
+def _listed_keys(part: exp.Expression, counted: Collection[str], names: list[str], alias: str) -> exp.In | None:
+    """The IN conjunct over the grouped keys it lists (`_grouped`, or its values grouped), read from the
+    subquery `alias`; None where the list is not one over a counted source, or is correlated. (A
+    conjunct of WHERE: a NULL on either side makes it not TRUE, as the IN written.)"""
     if not isinstance(part, exp.In) or not _keyable(part):
         return None
     body = part.args["query"].this
@@ -209,10 +210,9 @@ def _listed_keys(part: exp.Expression, counted: Collection[str], names: list[str
     if not _grouped(body):      # (a plain list: its values grouped, each once)
         grouped.set("distinct", None)
         grouped = grouped.group_by(value.copy())
-    joined = exp.Subquery(this=grouped, alias=exp.TableAlias(this=exp.to_identifier(alias)))
-    key = exp.column(f"{KEY}0", table=alias)
-    on = exp.EQ(this=key.copy(), expression=part.this.copy())
-    return exp.Join(this=joined, side="LEFT", on=on), exp.Not(this=exp.Is(this=key, expression=exp.Null()))
+    keys = exp.select(exp.column(f"{KEY}0", table=alias)).from_(
+        exp.Subquery(this=grouped, alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    return exp.In(this=part.this.copy(), query=exp.Subquery(this=keys))
 
 
 def _valued_keys(subquery: exp.Subquery, counted: Collection[str], names: list[str], pending: str) -> _Keyed | None:

@@ -57,8 +57,8 @@ def _keyed(rule: Aggregate) -> list[str]:
         lines.append(f"the keys an EXISTS or NOT EXISTS tests, {counted} (the aggregate): the query above reads "
                      "them through a LEFT JOIN, a key without rows padded with NULL")
     if LISTED in rule.above:
-        lines.append("the keys an IN lists, grouped (the aggregate): the query above reads them through a LEFT "
-                     "JOIN, a value not among them padded with NULL")
+        lines.append("the keys an IN lists, grouped (the aggregate): the query above reads them through the IN, a "
+                     "semi-join")
     if VALUE in outputs:
         lines.append("the value a scalar subquery computes, per key of its correlation (the aggregate): the query "
                      "above reads it through a LEFT JOIN, a key without rows padded with NULL as the subquery's value is")
