@@ -675,6 +675,51 @@ def test_small_partials_kept_by_day_are_all_the_state_an_aggregate_without_a_row
         assert os.path.isdir(os.path.join(_location(spark, "merged_small"), "_state")) == written, change
 
 
+def test_a_state_whose_groups_an_append_does_not_reach_is_linked_as_it_is_beside_the_new_groups(spark, gw):
+    """An aggregate whose state by group is written apart (an IN over the keys it groups, TPC-H Q18's
+    shape; its partials past a task's worth) and whose appended rows bring only new groups — their
+    first key past every one of the state's — keeps its state's files and writes the new groups' alone
+    beside them; a NULL key among the new, a group the state holds, or a day rewritten merges them all
+    into new files again. Each refresh equals the query."""
+    key = "concat(lpad(CAST({} AS STRING), 7, '0'), md5(CAST({} AS STRING)))"    # grows with the id
+
+    def rows(*values: tuple[int | None, float, str]) -> str:
+        return ", ".join(f"({key.format(i, i) if i is not None else 'NULL'}, {q}, '{ds}')" for i, q, ds in values)
+
+    spark.sql("CREATE TABLE items (k STRING, q DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.sql("CREATE TABLE buyers (k STRING, name STRING) USING parquet")
+    spark.sql(f"INSERT INTO items SELECT {key.format('id', 'id')}, id % 7, IF(id % 50 = 0, 'd1', "
+              "concat('d', CAST(id % 2 * 2 AS STRING))) FROM range(150000)")
+    spark.sql(f"INSERT INTO buyers SELECT {key.format('id * 13', 'id * 13')}, 'b' FROM range(1000)")
+    query = "SELECT b.k, b.name FROM buyers b WHERE b.k IN (SELECT k FROM items GROUP BY k HAVING SUM(q) > 3)"
+    gw.execute("CREATE MATERIALIZED TABLE heavy_buyers WITH ('refresh.policy' = 'incremental') "
+               f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {query}")
+    changes = [(rows((150001, 5.0, "d1"), (150002, 1.0, "d2"), (150001, 2.0, "d2")), True),
+               (rows((150013, 9.0, "d1")), True),
+               (rows((150020, 9.0, "d1"), (None, 4.0, "d2")), False),
+               (rows((150026, 9.0, "d0")), True),
+               (rows((150039, 1.0, "d0"), (13, 9.0, "d0")), False),
+               (rows((150052, 9.0, "d1")), True)]
+
+    def state() -> set[str]:
+        folder = os.path.join(_location(spark, "heavy_buyers"), "_state")
+        return {n for n in os.listdir(folder) if n.endswith(".parquet")}
+
+    buyers = f"INSERT INTO buyers VALUES ({key.format(150013, 150013)}, 'late'), ({key.format(150065, 150065)}, 'later')"
+    overwrite = f"INSERT OVERWRITE items PARTITION (ds = 'd1') VALUES ({key.format(26, 26)}, 9.0), " \
+                f"({key.format(150065, 150065)}, 9.0)"
+    for change, linked in [*((f"INSERT INTO items VALUES {r}", linked) for r, linked in changes), (overwrite, False)]:
+        before = state()
+        spark.sql(change)
+        spark.sql(buyers)
+        gw.refresh("heavy_buyers")
+        entry = gw.history("heavy_buyers", limit=1)[0]
+        assert entry["technique"] == "incremental", (change, entry.get("reason"))
+        assert _multiset(spark.table("heavy_buyers").collect()) == _multiset(spark.sql(query).collect()), change
+        after = state()
+        assert (before < after if linked else not before & after), (change, before, after)
+
+
 def test_a_partitioned_aggregate_rewrites_only_the_partitions_its_change_touches(spark, gw):
     spark.sql("CREATE TABLE src (k INT, amount DOUBLE, ds STRING) USING parquet")
     spark.sql("INSERT INTO src VALUES (1, 1.0, 'a'), (2, 2.0, 'a'), (1, 3.0, 'b'), (3, 1.0, NULL)")

@@ -259,6 +259,8 @@ class Maintainer:
                 if stage is not None:
                     spark_call(lambda: state.write.format(STATE_FORMAT).mode("error").save(stage),
                                f"Refreshing {table.identifier}")
+            for path in staged.stacked if staged is not None and stage is not None else ():
+                self.storage.files.link_tree(path, f"{stage}/{path.rsplit('/', 1)[-1]}")
             merged = f"({state_sql}) AS mt_state" if stage is None else \
                 relations.add("state", self.spark.read.format(STATE_FORMAT).schema(schema).load(stage))
             result = rule.output(merged, table.query_columns, reading=relations.names.name)
