@@ -30,6 +30,7 @@ from hypothesis import assume, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
+from mt_magic.incremental.keyed_above import keyed_above
 from mt_magic.incremental.keyed_subqueries import keyed_sources, keyed
 from mt_magic.incremental.below_join import qualified
 from mt_magic.incremental.linear import term_trees
@@ -718,6 +719,85 @@ def test_a_state_whose_groups_an_append_does_not_reach_is_linked_as_it_is_beside
         assert _multiset(spark.table("heavy_buyers").collect()) == _multiset(spark.sql(query).collect()), change
         after = state()
         assert (before < after if linked else not before & after), (change, before, after)
+
+
+_LISTED = "p.k IN (SELECT l2.k FROM db.lines l2 GROUP BY l2.k HAVING SUM(l2.q) > 3)"
+
+
+@pytest.mark.parametrize("query, bounded, limit", [
+    (f"SELECT p.k, c.name, SUM(l.q) AS t FROM db.placed p, db.clients c, db.lines l WHERE {_LISTED} AND p.c = c.c "
+     "AND p.k = l.k GROUP BY p.k, c.name", ((0, "k"), (2, "k")), None),
+    (f"SELECT p.k, p.price FROM db.placed p WHERE {_LISTED} ORDER BY p.price DESC, k LIMIT 3", ((0, "k"),), "3"),
+    (f"SELECT p.c, COUNT(*) AS n FROM db.placed p WHERE {_LISTED} GROUP BY p.c", None, None),     # rows of many keys
+    (f"SELECT p.k, c.name FROM db.placed p LEFT JOIN db.clients c ON p.c = c.c WHERE {_LISTED}", None, None),
+    (f"SELECT p.k FROM db.placed p WHERE {_LISTED} AND p.price > (SELECT AVG(x.price) FROM db.clients x)", None, None),
+    (f"SELECT p.k, SUM(p.price) AS s FROM db.placed p WHERE {_LISTED} GROUP BY p.k ORDER BY SUM(p.price) LIMIT 3",
+     None, None)])
+def test_a_query_above_is_keyed_where_each_of_its_rows_is_one_key_of_its_aggregate(query, bounded, limit):
+    """Each row one key's: read by an IN of the key (or an inner join on it), inner joins alone, grouped by a
+    column its equalities make equal to the key; an ORDER BY … LIMIT over its outputs taken again. Not so a
+    grouping by another column, an outer join, a subquery's value of all rows, an ORDER BY of an expression."""
+    rule = maintenance(keyed(query, {"db.lines"}))
+    found = keyed_above(rule)
+    assert (found.columns, found.limit) == (bounded, limit) if bounded else found is None, found
+
+
+def test_the_rows_a_query_above_gains_from_new_keys_alone_are_added_beside_the_rows_it_had(spark, gw):
+    """A query whose rows are each one key's of an aggregate it reads through an IN (TPC-H Q18's shape:
+    orders whose items pass a bound, joined with their items and grouped by the order), after an append
+    of new keys only: the rows of the new keys are computed alone, each table beside read within their
+    range, and added beside the rows it had (the history: rows inserted, none deleted); under ORDER BY …
+    LIMIT, the first rows of all taken again. An old key among an append to a table beside, a change of
+    a table beside that the key does not join, a NULL key or a day rewritten compute it whole. Each
+    refresh equals the query."""
+    key = "concat(lpad(CAST({} AS STRING), 7, '0'), md5(CAST({} AS STRING)))"    # grows with the id
+
+    def keyed(i: int) -> str:
+        return key.format(i, i)
+
+    spark.sql("CREATE TABLE lines (k STRING, q DOUBLE, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.sql("CREATE TABLE placed (k STRING, c STRING, price DOUBLE) USING parquet")
+    spark.sql("CREATE TABLE clients (c STRING, name STRING) USING parquet")
+    spark.sql(f"INSERT INTO lines SELECT {key.format('id', 'id')}, id % 7, concat('d', CAST(id % 3 AS STRING)) "
+              "FROM range(150000)")
+    spark.sql(f"INSERT INTO placed SELECT {key.format('id * 13', 'id * 13')}, CAST(id % 5 AS STRING), id * 1.5 "
+              "FROM range(1000)")
+    spark.sql("INSERT INTO clients SELECT CAST(id AS STRING), concat('n', CAST(id AS STRING)) FROM range(5)")
+    query = ("SELECT p.k, p.price, c.name, SUM(l.q) AS total FROM placed p, clients c, lines l "
+             "WHERE p.k IN (SELECT k FROM lines GROUP BY k HAVING SUM(q) > 3) AND p.c = c.c AND p.k = l.k "
+             "GROUP BY p.k, p.price, c.name")
+    first = f"{query} ORDER BY p.price DESC, p.k, c.name LIMIT 5"
+    for name, body in (("big_orders", query), ("first_orders", first)):
+        gw.execute(f"CREATE MATERIALIZED TABLE {name} WITH ('refresh.policy' = 'incremental') "
+                   f"FRESHNESS = INTERVAL '1' DAY REFRESH_MODE = FULL AS {body}")
+
+    plan = dict(gw.execute("EXPLAIN ALTER MATERIALIZED TABLE first_orders REFRESH")[0].rows)["maintained plan"]
+    assert "its rows each one key's of the aggregate: after an append of new keys alone, theirs computed alone (the " \
+           "tables beside read within their range) and added to the rows it had" in plan.splitlines(), plan
+
+    def new(*ids: int, c: str = "1", ds: str = "d1") -> list[str]:
+        return [f"INSERT INTO placed VALUES {', '.join(f'({keyed(i)}, {c!r}, {i * 2.0})' for i in ids)}",
+                f"INSERT INTO lines VALUES {', '.join(f'({keyed(i)}, 9.0, {ds!r})' for i in ids)}"]
+
+    changes = [(new(150001, 150002), True),
+               (new(150010) + [f"INSERT INTO placed VALUES ({keyed(26)}, '2', 7.0)"], False),   # an old key beside
+               (new(150020, 150021, ds="d7"), True),
+               (new(150030) + ["INSERT INTO clients VALUES ('1', 'again')"], False),    # not joined by the key
+               (new(150040) + ["INSERT INTO lines VALUES (NULL, 5.0, 'd1')"], False),
+               (new(150050), True),
+               ([f"INSERT OVERWRITE lines PARTITION (ds = 'd7') VALUES ({keyed(150060)}, 9.0)"], False)]
+    for statements, alone in changes:
+        before = spark.table("big_orders").count()
+        for statement in statements:
+            spark.sql(statement)
+        for name, body in (("big_orders", query), ("first_orders", first)):
+            gw.refresh(name)
+            entry = gw.history(name, limit=1)[0]
+            assert entry["technique"] == "incremental", (statements, entry.get("reason"))
+            assert _multiset(spark.table(name).collect()) == _multiset(spark.sql(body).collect()), (name, statements)
+        entry = gw.history("big_orders", limit=1)[0]
+        now = spark.table("big_orders").count()
+        assert (entry["inserted"], entry["deleted"]) == ((now - before, 0) if alone else (now, before)), statements
 
 
 def test_a_partitioned_aggregate_rewrites_only_the_partitions_its_change_touches(spark, gw):

@@ -11,6 +11,7 @@ from mt_magic.incremental.below_join import Below
 from mt_magic.incremental.checks import (HELD_FILTER, HELD_VALUE, Appended, Monotone, held_still, join_words,
                                          monotone)
 from mt_magic.incremental.distinct import DistinctCount
+from mt_magic.incremental.keyed_above import keyed_above
 from mt_magic.incremental.keyed_subqueries import HIGHEST, KEY, KEYS, LISTED, LOWEST, ROWS, VALUE, VALUES
 from mt_magic.incremental.linear import Linear
 from mt_magic.incremental.occurrences import identifier, sql, subquery_expression, tables
@@ -93,6 +94,9 @@ def _aggregated(rule: Aggregate) -> list[str]:
                       "(a change of it needs nothing more)") for source in rule.sources[len(rule.aggregated):])
         lines.append("the query above the aggregate (it reads the aggregate's result): computed again over "
                      "the groups the state holds" + (" and the tables beside it" if rule.beside else ""))
+        if keyed_above(rule) is not None:
+            lines.append("its rows each one key's of the aggregate: after an append of new keys alone, theirs "
+                         "computed alone (the tables beside read within their range) and added to the rows it had")
     return lines
 
 

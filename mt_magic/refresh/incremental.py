@@ -28,6 +28,7 @@ from mt_magic.incremental.provenance import OTHER_BRANCHES, Branches, tagged_cha
 from mt_magic.incremental.rules import Aggregate, Linear, TopN, above_only, takes_rows_away
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
+from mt_magic.refresh.keyed_rows import keyed_rows
 from mt_magic.refresh.kept_partials import KeptPartials, Staged
 from mt_magic.refresh.key_bounds import Bounds
 from mt_magic.refresh.kept_rows import RowsByPartition, fingerprints, merged
@@ -259,15 +260,23 @@ class Maintainer:
                 if stage is not None:
                     spark_call(lambda: state.write.format(STATE_FORMAT).mode("error").save(stage),
                                f"Refreshing {table.identifier}")
-            for path in staged.stacked if staged is not None and stage is not None else ():
+            stacked = staged.stacked if staged is not None and stage is not None else None
+            keyed = None if stacked is None else keyed_rows(     # (the change's groups: the files written)
+                table, rule, stacked, relations.add("groups", relations.files(STATE_FORMAT, schema, sorted(
+                    self.storage.files.listing(stage)))), relations, self.storage.published_files(table),
+                lambda files: self._compacted(table, files))
+            for path in stacked.files if stacked is not None else ():
                 self.storage.files.link_tree(path, f"{stage}/{path.rsplit('/', 1)[-1]}")
             merged = f"({state_sql}) AS mt_state" if stage is None else \
                 relations.add("state", self.spark.read.format(STATE_FORMAT).schema(schema).load(stage))
-            result = rule.output(merged, table.query_columns, reading=relations.names.name)
-            with relations.query(shaped_sql(result, table.columns, table.identifier)) as output:
+            result = keyed.sql if keyed is not None else shaped_sql(
+                rule.output(merged, table.query_columns, reading=relations.names.name), table.columns, table.identifier)
+            with relations.query(result) as output:
                 frame, rows = counting_rows(output)
                 version = self.storage.new_version(table)
                 self._write(table, frame, version)
+            for path in keyed.carried if keyed is not None else ():
+                self.storage.files.link_tree(path, f"{version}/{path.rsplit('/', 1)[-1]}")
             read = relations.delta_rows()
             self.storage.files.mkdirs(version)
             state_folder = None if stage is None else f"{version}/{STATE_FOLDER}"

@@ -33,7 +33,7 @@ from mt_magic.incremental.rules import Aggregate, TopN, above_only
 from mt_magic.refresh.changes import SourceChange
 from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.same_rows import same_rows
-from mt_magic.refresh.stacked_state import stacked_files
+from mt_magic.refresh.stacked_state import Stacked, stacked_files
 from mt_magic.refresh.kept_below import KeptBelow
 from mt_magic.refresh.provenance_state import (FILES_KEPT, Keeping, Retraction, Way, assemble, files_in,
                                              keep_previous, partition_of, state_files)
@@ -62,7 +62,7 @@ class Staged:
     dropped_paired: frozenset[str] = frozenset()    # kept by two sources: the second's partitions dropped
     kept: KeptState | None = None           # where they are, once placed
     apart: bool = True                      # the state by group written beside them (else merged as read)
-    stacked: tuple[str, ...] = ()           # the published state's files the new one links (`stacked_state`)
+    stacked: Stacked | None = None          # the published state's files the new one links (`stacked_state`)
 
     def place(self, files: Files, version: str) -> None:
         """The staged partials moved into `version`, beside the published ones that still hold."""
@@ -119,7 +119,7 @@ class KeptPartials:
                                                                          names.name, merging), keeping.provenance.columns, split=True)
             added = relations.add("kept_added", self.read(relations, stage, schema))
             if not crowded and old is not None:     # (partials that subtract: an append may take rows away, `merging`)
-                apart, stacked = self._apart(rule, by_partition, [], stage), ()
+                apart, stacked = self._apart(rule, by_partition, [], stage), None
                 if apart and isinstance(rule, Aggregate):
                     alone = retracted(rule, added, None, None) if subtracts(rule) else merged_partitions(rule, added)
                     with relations.query(alone) as frame:
@@ -128,7 +128,7 @@ class KeptPartials:
                                             written)
                 columns = ", ".join(rule.state_columns)
                 both = f"(SELECT {columns} FROM {old} UNION ALL SELECT {columns} FROM {added}) AS both"
-                state_sql = alone if stacked else \
+                state_sql = alone if stacked is not None else \
                     retracted(rule, old, added, None) if subtracts(rule) else merged_partitions(rule, both)
                 return Staged(state_sql, stage, schema.json(), keeping, previous, published, apart=apart,
                               stacked=stacked)

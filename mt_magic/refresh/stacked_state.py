@@ -14,6 +14,7 @@ stacked.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import types as T
@@ -26,26 +27,38 @@ from mt_magic.spark.footers import footer_summary
 from mt_magic.storage.manifests import Manifest
 
 
+@dataclass(frozen=True)
+class Stacked:
+    """The published state's files, linked into the new state beside the change's groups, and the
+    first key's range in each (what the query above reads of them: `keyed_rows`)."""
+
+    files: tuple[str, ...]
+    key: T.StructField
+    low: Any
+    high: Any
+    held: tuple[Any, Any]       # the published state's least and greatest key
+
+
 def stacked_files(files: Files, rule: Aggregate, manifest: Manifest, added: list[str],
-                  schema: T.StructType) -> tuple[str, ...]:
+                  schema: T.StructType) -> Stacked | None:
     """The published state's files to link into the new state beside the change's groups (`added`:
-    the change's partials' files; `schema`: the change's groups' as they would be written); () where
+    the change's partials' files; `schema`: the change's groups' as they would be written); None where
     they must be merged (a group of the change may be one of the state's, or their columns differ)."""
     if manifest.state is None or manifest.carried or manifest.state_format != STATE_FORMAT or not rule.key_columns \
             or _shape(schema) != _shape(T.StructType.fromJson(json.loads(manifest.state_schema))):
-        return ()
+        return None
     old = sorted(path for path in files.listing(manifest.state) if path.endswith(".parquet"))
     if not old or len(old) >= FILES_KEPT:
-        return ()
+        return None
     key = rule.key_columns[0]
     field = next((f for f in schema.fields if f.name == key), None)
     if field is None or not isinstance(field.dataType, _ORDERED) or \
             isinstance(field.dataType, T.StringType) and field.dataType.simpleString() != "string":
-        return ()
+        return None
     now, then = _range([path for path in added if path.endswith(".parquet")], key), _range(old, key)
     if now is None or then is None or now[2] or not (now[1] < then[0] or now[0] > then[1]):
-        return ()
-    return tuple(old)
+        return None
+    return Stacked(tuple(old), field, now[0], now[1], (then[0], then[1]))
 
 
 # Key types whose footer ranges tell groups apart: a float's NaN is no range's, an old timestamp's
