@@ -41,10 +41,10 @@ class KeyedAbove:
         tree = parse(rule.above)
         tree.set("order", None)
         tree.set("limit", None)
-        for table in [t for t in tree.find_all(exp.Table) if t.name.startswith(BESIDE)]:
+        for table in _beside(tree):
             column = dict(self.columns).get(int(table.name[len(BESIDE):]))
             if column is not None:
-                tree.where(f"{exp.column(column, table=table.alias_or_name).sql(dialect='spark')} "
+                tree.where(f"{exp.column(column, table=table.alias_or_name, quoted=True).sql(dialect='spark')} "
                            f"BETWEEN {low} AND {high}", dialect="spark", copy=False)
         return sql(tree)
 
@@ -71,7 +71,7 @@ def keyed_above(rule: Aggregate) -> KeyedAbove | None:
     if seed is None or any(s is not listing for s in tree.find_all(exp.Subquery)):    # (a value of all rows)
         return None
     members = equal.members(seed)
-    columns = tuple((int(t.name[len(BESIDE):]), column) for t in tables_beside(tree)
+    columns = tuple((int(t.name[len(BESIDE):]), column) for t in _beside(tree)
                     for column in [next((c for a, c in members if a == t.alias_or_name.lower()), None)]
                     if column is not None)
     group = tree.args.get("group")
@@ -81,12 +81,13 @@ def keyed_above(rule: Aggregate) -> KeyedAbove | None:
     return _ordered(tree, KeyedAbove(columns))
 
 
-def tables_beside(tree: exp.Expression) -> list[exp.Table]:
+def _beside(tree: exp.Expression) -> list[exp.Table]:
+    """The tables the query above reads beside its aggregate."""
     return [t for t in tree.find_all(exp.Table) if t.name.startswith(BESIDE)]
 
 
 def _parts(condition: exp.Expression | None) -> list[exp.Expression]:
-    if isinstance(condition, (exp.Where,)):
+    if isinstance(condition, exp.Where):
         condition = condition.this
     return conjuncts(condition) if condition is not None else []
 
