@@ -1,17 +1,15 @@
 """Incremental refresh: a table brought up to date from what its sources appended, by the rule
-`mt_magic.incremental` finds for its query.
-
-Every relation a rule's SQL reads is exactly a set of files the snapshot listed (a source's old files,
-its new ones, or only the appended ones), read alone with the source's schema: what the result is
-computed from is what the manifest beside it says, whatever is written meanwhile (a recompute reads
-a source Spark reads as listed by its name, and publishes only if it held still). A linear rule's change
-is written and published as a new version that links the old files and adds the new ones (tables
-reading this one see an append). An aggregate's state (partials per group) or a top-N's (the
-ranked rows within N) is merged with the change's, and the data is the state's final projection: data and
-state are published together, or neither is. Where the data has a row per group, the state rides in
-the data's own files (`refresh/carried`); elsewhere it is written first, beside the new version's data
-(`_state`, a folder readers skip) — unless it is merged from small partials kept by source partition as
-they are read (`refresh/kept_partials`).
+`mt_magic.incremental` finds for its query. Every relation a rule's SQL reads is exactly a set of files the
+snapshot listed (a source's old files, its new ones, or only the appended ones), read alone with the
+source's schema: what the result is computed from is what the manifest beside it says, whatever is written
+meanwhile (a recompute reads a source Spark reads as listed by its name, and publishes only if it held
+still). A linear rule's change is written and published as a new version that links the old files and adds
+the new ones (tables reading this one see an append). An aggregate's state (partials per group) or a
+top-N's (the ranked rows within N) is merged with the change's, the data its final projection: both
+published together, or neither. Where the data has a row per group, the state rides in the data's own files
+(`refresh/carried`); elsewhere it is written first, beside the new version's data (`_state`, a folder
+readers skip) — unless it is merged from small partials kept by source partition as they are read
+(`refresh/kept_partials`).
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from mt_magic.incremental.provenance import OTHER_BRANCHES, Branches, tagged_cha
 from mt_magic.incremental.rules import Aggregate, Linear, TopN, above_only, takes_rows_away
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
-from mt_magic.refresh.keyed_rows import keyed_rows
+from mt_magic.refresh.keyed_rows import KeyedRows, keyed_rows
 from mt_magic.refresh.kept_partials import KeptPartials, Staged
 from mt_magic.refresh.key_bounds import Bounds
 from mt_magic.refresh.kept_rows import RowsByPartition, fingerprints, merged
@@ -43,6 +41,7 @@ from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.frames import counting_rows, files_frame, listed_by_driver, observing
 from mt_magic.spark.sessions import default_parallelism
+from mt_magic.spark.local_writes import MAX_ROWS, write_here
 from mt_magic.spark.files import Listing
 from mt_magic.storage.compaction import files_for, files_to_compact
 from mt_magic.storage.manifests import KeptRows, Manifest
@@ -274,7 +273,7 @@ class Maintainer:
             with relations.query(result) as output:
                 frame, rows = counting_rows(output)
                 version = self.storage.new_version(table)
-                self._write(table, frame, version)
+                written = self._write(table, frame, version, small=_few(rule, keyed))
             for path in keyed.carried if keyed is not None else ():
                 self.storage.files.link_tree(path, f"{version}/{path.rsplit('/', 1)[-1]}")
             read = relations.delta_rows()
@@ -287,8 +286,8 @@ class Maintainer:
             self.storage.remove(stage)
             raise
         self.storage.written(stage)
-        return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
-                          state_folder, schema.json(), read, kept=staged.kept if staged else None)
+        return Maintained(RefreshResult(published, rows() if written is None else written, time.monotonic() - started,
+                                        relations.group), state_folder, schema.json(), read, kept=staged.kept if staged else None)
 
     def _carrying(self, table: MaterializedTable, rule: Aggregate, state_sql: str, relations: Relations,
                   started: float, touched: bool, staged: Staged | None) -> Maintained:
@@ -301,7 +300,7 @@ class Maintainer:
                                         carried=list(names.values()))) as output:
             frame, rows = counting_rows(output)
             version = self.storage.new_version(table)
-            self._write(table, frame, version)
+            written = self._write(table, frame, version, small=staged is not None and not staged.apart)
             # Asked after the write, not beside it (over Connect two requests of one plan at once can
             # lose the relations it names on the server), and beside the publish: one round trip fewer.
             schema = alongside(self.spark, spark_call, lambda: frame.schema, f"Refreshing {table.identifier}")
@@ -313,17 +312,22 @@ class Maintainer:
             target = Target(key=key, values=tuple(dict(spec)[key] for spec, _ in
                                                   self.storage.written_partitions(version, table.partition_keys)))
         published = self._publish(table, version, target, relations.verify, staged)
-        return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
-                          version, state_schema(rule, held, table, schema.result()), read,
+        return Maintained(RefreshResult(published, rows() if written is None else written, time.monotonic() - started,
+                                        relations.group), version, state_schema(rule, held, table, schema.result()), read,
                           table.storage.format.lower(), staged.kept if staged else None)
 
-    def _write(self, table: MaterializedTable, frame: Any, folder: str) -> None:
-        writer = folder_writer(frame, table.storage.format, data_source_options(table.options), table.partition_keys)
+    def _write(self, table: MaterializedTable, frame: Any, folder: str, small: bool = False) -> int | None:
+        """The rows written into `folder`; `small`: few, written here where they can be (`local_writes`): their count."""
+        options, context = data_source_options(table.options), f"Refreshing {table.identifier}"
+        fmt, keys = table.storage.format, table.partition_keys
         try:
-            spark_call(lambda: writer.save(folder), f"Refreshing {table.identifier}")
+            written = spark_call(lambda: write_here(self.spark, frame, folder, fmt, options, keys), context) if small else None
+            if written is None:
+                spark_call(lambda: folder_writer(frame, fmt, options, keys).save(folder), context)
         except BaseException:
             self.storage.remove(folder, settle_s=FAILED_TASKS_SETTLE_S)
             raise
+        return written
 
     def _publish(self, table: MaterializedTable, version: str, target: Target = Target(),
                  check: Callable[[], None] | None = None, staged: Staged | None = None) -> Storage:
@@ -340,3 +344,8 @@ class Maintainer:
         self.storage.written(version)
         return published
 
+
+def _few(rule: Stateful, keyed: KeyedRows | None) -> bool:
+    """A global top-N's result, of at most its LIMIT's rows, is few enough to write here."""
+    limit = keyed.limit if keyed is not None else rule.limit if isinstance(rule, Aggregate) else None
+    return limit is not None and limit.isdigit() and int(limit) <= MAX_ROWS

@@ -40,6 +40,7 @@ from mt_magic.refresh.provenance_state import (FILES_KEPT, Keeping, Retraction, 
 from mt_magic.spark.errors import spark_call
 from mt_magic.spark.files import Files, Listing
 from mt_magic.spark.frames import ONE_TASK_BYTES, in_one_task
+from mt_magic.spark.local_writes import write_here
 from mt_magic.spark.partition_folders import split_into_folders, splittable
 from mt_magic.sql.statements import quote_identifier
 from mt_magic.storage.manifests import KeptState, Manifest
@@ -250,10 +251,12 @@ class KeptPartials:
         try:
             with relations.query(sql) as frame:
                 schema = spark_call(lambda: frame.schema, f"Refreshing {table.identifier}")
-                writer = frame.write.format(FORMAT).mode("error")
-                if not (split and splittable(schema, stage)):
-                    writer = writer.partitionBy(*by)
-                spark_call(lambda: writer.save(stage), f"Refreshing {table.identifier}")
+                split = split and splittable(schema, stage)
+                if not split or relations.read_here_only() is None or spark_call(lambda: write_here(
+                        self.spark, frame, stage, FORMAT, {}, ()), f"Refreshing {table.identifier}") is None:
+                    writer = frame.write.format(FORMAT).mode("error")
+                    writer = writer if split else writer.partitionBy(*by)
+                    spark_call(lambda: writer.save(stage), f"Refreshing {table.identifier}")
         except BaseException:
             self.storage.remove(stage)
             raise

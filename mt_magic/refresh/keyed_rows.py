@@ -35,6 +35,7 @@ from mt_magic.storage.compaction import files_to_compact
 class KeyedRows:
     sql: str                    # the rows to write
     carried: tuple[str, ...]    # the published files the new version links (the rows it had)
+    limit: str | None = None    # the most rows there are (the query above's LIMIT)
 
 
 def keyed_rows(table: MaterializedTable, rule: Aggregate, stacked: Stacked | None, groups: str,
@@ -54,7 +55,7 @@ def keyed_rows(table: MaterializedTable, rule: Aggregate, stacked: Stacked | Non
         return KeyedRows(both, ())
     order = ", ".join(f"{quote_identifier(table.query_columns[i])} {'DESC' if desc else 'ASC'} NULLS "
                       f"{'FIRST' if (not desc if first is None else first) else 'LAST'}" for i, desc, first in keyed.order)
-    return KeyedRows(f"SELECT * FROM ({both}) AS mt_keyed ORDER BY {order} LIMIT {keyed.limit}", ())
+    return KeyedRows(f"SELECT * FROM ({both}) AS mt_keyed ORDER BY {order} LIMIT {keyed.limit}", (), keyed.limit)
 
 
 def _apart(rule: Aggregate, columns: tuple[tuple[int, str], ...], stacked: Stacked, relations: Relations) -> bool:

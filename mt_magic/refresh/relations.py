@@ -127,6 +127,12 @@ class Relations:
                                         reading.partition_columns, reading.file_column)
         return self._here[key] or (self._builder(reading, files)(), None)
 
+    def read_here_only(self) -> int | None:
+        """The rows of the appended files the queries built so far read, where this process read them
+        all (`local_reads`: a few); None where Spark read any, or none was read."""
+        counts = [here and here[1] for here in self._here.values()] if self._here else [None]
+        return None if None in counts else sum(counts)
+
     def delta_rows(self) -> int | None:
         """The rows read of the appended files, once the queries that read them ran; None when no
         query read any (a full refresh that keeps the state) or a count did not come back."""

@@ -15,7 +15,7 @@ RESERVED_OPTIONS = ("connector", "format", "path")
 def data_source_options(options: dict[str, str]) -> dict[str, str]:
     """Table options the data source itself reads (compression, header, ...)."""
     return {k: v for k, v in options.items()
-            if k not in RESERVED_OPTIONS and not k.startswith(("partition.fields.", "materialized-table."))}
+            if k not in RESERVED_OPTIONS and not k.startswith(("partition.fields.", "materialized-table.", "refresh."))}
 
 
 def folder_writer(frame: Any, fmt: str, options: Mapping[str, str], partition_keys: Sequence[str]) -> Any:
