@@ -118,8 +118,7 @@ class Maintainer:
 
     def _rewritten(self, table: MaterializedTable, query: str, relations: Relations,
                    keeping: Keeping | None = None) -> Maintained:
-        """The `query`'s rows (shaped) as the table's; `keeping`: tagged with their source partition, and
-        written split by it."""
+        """The `query`'s rows (shaped) as the table's; `keeping`: tagged by source partition, split by it."""
         started = time.monotonic()
         with relations.query(query) as frame:
             frame, rows = counting_rows(frame)
