@@ -7,9 +7,13 @@ is gone (a rule whose partials all subtract, `Aggregate.subtracts`, its presence
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mt_magic.incremental.aggregate import STATE_PARTIAL, Aggregate
 from mt_magic.incremental.linear import term_trees
 from mt_magic.incremental.occurrences import Names, sql
+
+WAS = "mt_was"      # a partial as it was before the change, beside the state's own (`retracted`)
 
 
 def merged(rule: Aggregate, old_state: str, appended: set[str], names: Names, within: str | None = None) -> str | None:
@@ -19,8 +23,7 @@ def merged(rule: Aggregate, old_state: str, appended: set[str], names: Names, wi
     terms = term_trees(rule.select, rule.aggregated, 0, appended, names)
     if not terms:
         return None
-    keys = rule.key_columns
-    change = " UNION ALL ".join(sql(rule.state_select(t.tree, rows=True, sign=t.sign)) for t in terms)
+    keys, change = rule.key_columns, changed(rule, appended, names)
     old = f"SELECT * FROM {old_state}"
     if within is not None:
         old += f" AS old WHERE EXISTS (SELECT 1 FROM ({change}) AS change WHERE change.{within} <=> old.{within})"
@@ -31,19 +34,28 @@ def merged(rule: Aggregate, old_state: str, appended: set[str], names: Names, wi
     return f"SELECT {', '.join(columns)} FROM ({old} UNION ALL {change}) AS merged{group}"
 
 
-def retracted(rule: Aggregate, old: str, added: str | None, removed: str | None) -> str:
+def changed(rule: Aggregate, appended: set[str], names: Names) -> str | None:
+    """The change's partials, a row each (signed where an append takes rows away); None: not read."""
+    terms = term_trees(rule.select, rule.aggregated, 0, appended, names)
+    return " UNION ALL ".join(sql(rule.state_select(t.tree, rows=True, sign=t.sign)) for t in terms) or None
+
+
+def retracted(rule: Aggregate, old: str, added: str | None, removed: str | None, was: Sequence[str] = ()) -> str:
     """The new per-group state of a rule whose partials all subtract: `old` (per group) with the
     partitions' partials now (`added`, per partition and group, None where they hold no rows; or the
-    signed partials of rows added and removed) in and their partials before (`removed`) out."""
+    signed partials of rows added and removed) in and their partials before (`removed`) out; with each
+    partial of `was` as it was in `old` too (`WAS` before its name; 0 for a new group)."""
     keys, partials = rule.key_columns, rule.partial_columns
-    every = f"SELECT {', '.join(keys + partials)} FROM {old}"
+    before = [f"{a} AS {WAS}{a}" for a in was]
+    none = [f"CAST(0 AS BIGINT) AS {WAS}{a}" for a in was]
+    every = f"SELECT {', '.join(keys + partials + before)} FROM {old}"
     if added is not None:
-        every += f" UNION ALL SELECT {', '.join(keys + partials)} FROM {added}"
+        every += f" UNION ALL SELECT {', '.join(keys + partials + none)} FROM {added}"
     if removed is not None:
-        every += f" UNION ALL SELECT {', '.join(keys + [f'-{a} AS {a}' for a in partials])} FROM {removed}"
-    columns = []
+        every += f" UNION ALL SELECT {', '.join(keys + [f'-{a} AS {a}' for a in partials] + none)} FROM {removed}"
+    columns = [f"SUM({WAS}{a}) AS {WAS}{a}" for a in was]
     for a, partial in zip(partials, rule.partials, strict=True):
         counted = f"SUM({STATE_PARTIAL}{partial.counter})" if partial.counter is not None else None
         columns.append(f"CASE WHEN {counted} = 0 THEN NULL ELSE SUM({a}) END AS {a}" if counted else f"SUM({a}) AS {a}")
     group = f" GROUP BY {', '.join(keys)} HAVING SUM({STATE_PARTIAL}{rule.presence}) > 0" if keys else ""
-    return f"SELECT {', '.join(keys + columns)} FROM ({every}) AS every{group}"
+    return f"SELECT {', '.join(keys + columns[len(was):] + columns[:len(was)])} FROM ({every}) AS every{group}"

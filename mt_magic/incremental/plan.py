@@ -11,6 +11,7 @@ from mt_magic.incremental.below_join import Below
 from mt_magic.incremental.checks import (HELD_FILTER, HELD_VALUE, Appended, Monotone, held_still, join_words,
                                          monotone)
 from mt_magic.incremental.distinct import DistinctCount
+from mt_magic.incremental.existence import tested_partials
 from mt_magic.incremental.keyed_above import keyed_above
 from mt_magic.incremental.keyed_subqueries import HIGHEST, KEY, KEYS, LISTED, LOWEST, ROWS, VALUE, VALUES
 from mt_magic.incremental.linear import Linear
@@ -94,6 +95,9 @@ def _aggregated(rule: Aggregate) -> list[str]:
                       "(a change of it needs nothing more)") for source in rule.sources[len(rule.aggregated):])
         lines.append("the query above the aggregate (it reads the aggregate's result): computed again over "
                      "the groups the state holds" + (" and the tables beside it" if rule.beside else ""))
+        if tested_partials(rule) is not None:
+            lines.append("it reads only whether each key has rows: where no key gains its first or loses its last "
+                         "(counted as the state is written) and the tables beside are unchanged, kept as it is")
         if keyed_above(rule) is not None:
             lines.append("its rows each one key's of the aggregate: after an append of new keys alone, theirs "
                          "computed alone (the tables beside read within their range) and added to the rows it had")

@@ -5,12 +5,11 @@ source's schema: what the result is computed from is what the manifest beside it
 meanwhile (a recompute reads a source Spark reads as listed by its name, and publishes only if it held
 still). A linear rule's change is written and published as a new version that links the old files and adds
 the new ones (tables reading this one see an append). An aggregate's state (partials per group) or a
-top-N's (the ranked rows within N) is merged with the change's, the data its final projection: both
-published together, or neither. Where the data has a row per group, the state rides in the data's own files
-(`refresh/carried`); elsewhere it is written first, beside the new version's data (`_state`, a folder
-readers skip) — unless it is merged from small partials kept by source partition as they are read
-(`refresh/kept_partials`).
-"""
+top-N's (the ranked rows within N) is merged with the change's, the data its final projection (or, where the
+query above it reads no key that flipped, `above_kept`, the data as it was): both published together, or
+neither. Where the data has a row per group, the state rides in the data's own files (`refresh/carried`);
+elsewhere it is written first, beside the new version's data (`_state`, a folder readers skip) — unless it
+is merged from small partials kept by source partition as they are read (`refresh/kept_partials`)."""
 
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ from mt_magic.incremental import merging
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.provenance import OTHER_BRANCHES, Branches, tagged_change, tagged_rows
 from mt_magic.incremental.rules import Aggregate, Linear, TopN, above_only, takes_rows_away
+from mt_magic.refresh.above_kept import Signed, flips, merged_signed
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.keyed_rows import KeyedRows, keyed_rows
@@ -46,7 +46,7 @@ from mt_magic.spark.files import Listing
 from mt_magic.storage.compaction import files_for, files_to_compact
 from mt_magic.storage.manifests import KeptRows, Manifest
 from mt_magic.storage.formats import data_source_options, folder_writer
-from mt_magic.storage.linked import extended
+from mt_magic.storage.linked import data_carried, extended
 from mt_magic.storage.versions import TableStorage
 
 STATE_FOLDER = "_state"
@@ -86,20 +86,21 @@ class Maintainer:
                     self.storage.remove(staged.stage)
                     return as_published(table, manifest, RefreshResult(
                         table.storage, 0, time.monotonic() - started, relations.group), relations.delta_rows())
-                return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
+                return self._stateful(table, rule, staged.state_sql, relations, staged=staged, signed=staged.signed)
             within = None if takes_rows_away(rule, appended) else partitioning_key(table, rule, manifest)
             merged = merging.merged(rule, old, appended, names.name, within) if isinstance(rule, Aggregate) else \
                 rule.merged(old, appended, names.name)
-            return self._stateful(table, rule, merged or f"SELECT * FROM {old}", relations,
-                                  touched=within is not None and merged is not None)
+            signed = merged and not within and merged_signed(self.storage.files, table, rule, manifest, old, appended,
+                                                             names.name)
+            return self._stateful(table, rule, merged or f"SELECT * FROM {old}", relations, None not in (within, merged),
+                                  signed=signed or None)
 
     def recompute(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
                   readings: dict[str, Reading], listings: Future | None, verify: Callable[[], None],
                   keeping: Keeping | None = None) -> Maintained:
-        """A whole refresh of what the snapshot listed (an aggregate's keeps its state). A source Spark
-        reads as listed is read by its name, as the query run directly reads it (no relation to build),
-        and `verify` raises before the publish when one changed meanwhile; the others are read from the
-        files listed. `listings`: the sources' cached listings are being forgotten already (wait for it)."""
+        """A whole refresh of what the snapshot listed (an aggregate's keeps its state). A source Spark reads as
+        listed is read by its name, as the query run directly reads it, and `verify` raises before the publish when
+        one changed meanwhile; the others are read from the files listed. `listings`: cached listings forgotten."""
         with Relations(self.spark, table, "full, from the files listed") as relations:
             names = relations.naming(rule.sources, changes, readings, by_name=True)
             if names.tables:
@@ -123,10 +124,7 @@ class Maintainer:
         with relations.query(query) as frame:
             frame, rows = counting_rows(frame)
             version = self.storage.new_version(table)
-            if keeping is None:
-                self._write(table, frame, version)
-            else:
-                files = self.rows.write(table, frame, version)
+            files = self._write(table, frame, version) if keeping is None else self.rows.write(table, frame, version)
         self.storage.files.mkdirs(version)      # an empty result may leave no folder at all
         published = self._publish(table, version, check=relations.verify)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
@@ -134,9 +132,8 @@ class Maintainer:
 
     def _kept_rows(self, table: MaterializedTable, rule: Linear, changes: dict[str, SourceDelta],
                    relations: Relations, keeping: Keeping, kept: KeptRows, retraction: Retraction | None) -> Maintained:
-        """A linear table that keeps its rows by source partition: the appended rows, or the rewritten
-        partitions' rows now in place of their rows before (where they differ), written split by partition;
-        an appended partition's small files are rewritten into one when they grow past SMALL_FILES_KEPT."""
+        """A linear table that keeps its rows by source partition: the appended rows, or the rewritten partitions'
+        rows now in place of theirs before, split by partition (small files merged past SMALL_FILES_KEPT)."""
         started, names = time.monotonic(), relations.names
         dropped: set[str] = set()
         if retraction is None:
@@ -210,8 +207,7 @@ class Maintainer:
                 self._write(table, frame, stages[0])
             read = relations.delta_rows()
             if rows() == 0:
-                return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group),
-                                  delta_rows=read)
+                return Maintained(RefreshResult(table.storage, 0, time.monotonic() - started, relations.group), delta_rows=read)
             rewritten = files_to_compact(self.storage.published_files(table))
             if rewritten:
                 stages.append(self.storage.new_version(table))
@@ -236,24 +232,26 @@ class Maintainer:
         return frame.coalesce(files_for(sum(size for size, _ in files.values())))
 
     def _stateful(self, table: MaterializedTable, rule: Stateful, state_sql: str, relations: Relations,
-                  touched: bool = False, staged: Staged | None = None) -> Maintained:
-        """`touched`: the state SQL holds only the groups of the partitions the change touches;
-        `staged`: partials kept per source partition, moved into the new version as it is published."""
+                  touched: bool = False, staged: Staged | None = None, signed: Signed | None = None) -> Maintained:
+        """`touched`: the state SQL holds only the groups of the partitions the change touches; `staged`: partials
+        kept per source partition, placed as it is published; `signed`: the new state as the old one's, changed."""
         try:
-            return self._state_and_data(table, rule, state_sql, relations, touched, staged)
+            return self._state_and_data(table, rule, state_sql, relations, touched, staged, signed)
         finally:
             if staged is not None and staged.stage is not None:
                 self.storage.remove(staged.stage)
 
     def _state_and_data(self, table: MaterializedTable, rule: Stateful, state_sql: str, relations: Relations,
-                        touched: bool, staged: Staged | None) -> Maintained:
+                        touched: bool, staged: Staged | None, signed: Signed | None) -> Maintained:
         started = time.monotonic()
         if carries_state(table, rule):
             return self._carrying(table, rule, state_sql, relations, started, touched, staged)
         # the state by group written apart, or (`Staged.apart`) merged from the partials as they are read
         stage = self.storage.new_version(table) if staged is None or staged.apart else None
+        flipped = flips(table, rule, signed, relations) if stage is not None else None     # (`above_kept`)
         try:
-            with relations.query(state_sql) as state:
+            with relations.query(state_sql if flipped is None else flipped.sql) as state:
+                state = state if flipped is None else flipped.observed(state)
                 schema = spark_call(lambda: state.schema, f"Refreshing {table.identifier}")
                 if stage is not None:
                     spark_call(lambda: state.write.format(STATE_FORMAT).mode("error").save(stage),
@@ -265,14 +263,17 @@ class Maintainer:
                 lambda files: self._compacted(table, files))
             for path in stacked.files if stacked is not None else ():
                 self.storage.files.link_tree(path, f"{stage}/{path.rsplit('/', 1)[-1]}")
-            merged = f"({state_sql}) AS mt_state" if stage is None else \
-                relations.add("state", self.spark.read.format(STATE_FORMAT).schema(schema).load(stage))
-            result = keyed.sql if keyed is not None else shaped_sql(
-                rule.output(merged, table.query_columns, reading=relations.names.name), table.columns, table.identifier)
-            with relations.query(result) as output:
-                frame, rows = counting_rows(output)
-                version = self.storage.new_version(table)
-                written = self._write(table, frame, version, small=_few(rule, keyed))
+            if keyed is None and flipped is not None and flipped.none():
+                version, written = data_carried(self.storage, table), 0     # (its data as it was)
+            else:
+                merged = f"({state_sql}) AS mt_state" if stage is None else \
+                    relations.add("state", self.spark.read.format(STATE_FORMAT).schema(schema).load(stage))
+                result = keyed.sql if keyed is not None else shaped_sql(rule.output(
+                    merged, table.query_columns, reading=relations.names.name), table.columns, table.identifier)
+                with relations.query(result) as output:
+                    frame, rows = counting_rows(output)
+                    version = self.storage.new_version(table)
+                    written = self._write(table, frame, version, small=_few(rule, keyed))
             for path in keyed.carried if keyed is not None else ():
                 self.storage.files.link_tree(path, f"{version}/{path.rsplit('/', 1)[-1]}")
             read = relations.delta_rows()
@@ -305,11 +306,9 @@ class Maintainer:
             schema = alongside(self.spark, spark_call, lambda: frame.schema, f"Refreshing {table.identifier}")
         read = relations.delta_rows()
         self.storage.files.mkdirs(version)
-        target = Target()
-        if touched:
-            key = table.partition_keys[0]
-            target = Target(key=key, values=tuple(dict(spec)[key] for spec, _ in
-                                                  self.storage.written_partitions(version, table.partition_keys)))
+        key = table.partition_keys[0] if touched else None
+        target = Target() if key is None else Target(key=key, values=tuple(
+            dict(spec)[key] for spec, _ in self.storage.written_partitions(version, table.partition_keys)))
         published = self._publish(table, version, target, relations.verify, staged)
         return Maintained(RefreshResult(published, rows() if written is None else written, time.monotonic() - started,
                                         relations.group), version, state_schema(rule, held, table, schema.result()), read,

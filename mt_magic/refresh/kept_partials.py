@@ -31,6 +31,7 @@ from mt_magic.incremental.provenance import (PARTITION, SIGN, appended_state, ke
                                              signed_state, subtracts)
 from mt_magic.incremental.rules import Aggregate, TopN, above_only
 from mt_magic.refresh.changes import SourceChange
+from mt_magic.refresh.above_kept import Signed, signed_from
 from mt_magic.refresh.relations import Relations
 from mt_magic.refresh.same_rows import same_rows
 from mt_magic.refresh.stacked_state import Stacked, stacked_files
@@ -64,6 +65,8 @@ class Staged:
     kept: KeptState | None = None           # where they are, once placed
     apart: bool = True                      # the state by group written beside them (else merged as read)
     stacked: Stacked | None = None          # the published state's files the new one links (`stacked_state`)
+    signed: Signed | None = None            # the new state as the old one with partials in and out
+
 
     def place(self, files: Files, version: str) -> None:
         """The staged partials moved into `version`, beside the published ones that still hold."""
@@ -131,8 +134,9 @@ class KeptPartials:
                 both = f"(SELECT {columns} FROM {old} UNION ALL SELECT {columns} FROM {added}) AS both"
                 state_sql = alone if stacked is not None else \
                     retracted(rule, old, added, None) if subtracts(rule) else merged_partitions(rule, both)
+                signed = None if stacked else signed_from(self.storage.files, table, rule, manifest, old, added, None)
                 return Staged(state_sql, stage, schema.json(), keeping, previous, published, apart=apart,
-                              stacked=stacked)
+                              stacked=stacked, signed=signed)
             rewritten, paired = crowded, frozenset[str]()
         else:
             rewritten, paired = set(retraction.partitions), frozenset(retraction.paired)
@@ -150,10 +154,11 @@ class KeptPartials:
             removed = relations.add("kept_removed", in_one_task(self.kept_files(relations, published.schema, gone),
                                                                 _size(by_partition, gone)))
             state_sql = retracted(rule, old, added, removed)
+            signed = signed_from(self.storage.files, table, rule, manifest, old, added, removed)
         else:
-            state_sql = self._merged(rule, relations, published, by_partition, gone, added)
+            state_sql, signed = self._merged(rule, relations, published, by_partition, gone, added), None
         return Staged(state_sql, stage, schema.json(), keeping, previous, published, frozenset(rewritten), paired,
-                      apart=self._apart(rule, by_partition, gone, stage))
+                      apart=self._apart(rule, by_partition, gone, stage), signed=signed)
 
     def kept(self, table: MaterializedTable, rule: Aggregate | TopN, keeping: Keeping, published: KeptState,
              old: str | None, relations: Relations) -> Staged:

@@ -39,6 +39,20 @@ def counting_rows(frame: Any, unreported: int | None = 0) -> tuple[Any, Callable
     return observed, lambda: _observed_rows(observation, unreported)
 
 
+def counting_where(frame: Any, condition: str) -> tuple[Any, Callable[[], tuple[int | None, int | None]]]:
+    """The frame, counting its rows and those where `condition` holds for free (an observation); each
+    None where none came back (see `counting_rows`)."""
+    observed, observation = _observing(frame, [F.expr("count(1) AS rows"), F.expr(f"count_if({condition}) AS held")])
+
+    def counts() -> tuple[int | None, int | None]:
+        try:
+            found = observation.get
+        except Py4JJavaError:
+            return None, None
+        return tuple(None if found.get(name) is None else int(found[name]) for name in ("rows", "held"))
+    return observed, counts
+
+
 def fingerprinting(frame: Any) -> tuple[Any, Callable[[], Fingerprint | None]]:
     """The frame, taking the fingerprint of the rows that pass through it for free (an observation):
     their count and two sums of a 64-bit hash of each row, with different seeds — the same rows in

@@ -51,3 +51,16 @@ def extended(storage: TableStorage, table: MaterializedTable, added: Iterable[st
             storage.files.mkdirs(target.rsplit("/", 1)[0])
             storage.files.rename(path, target)
     return version
+
+
+def data_carried(storage: TableStorage, table: MaterializedTable) -> str:
+    """A new version holding the published data's files alone (linked, or copied), at the same places:
+    the data of a refresh that changed only what is kept beside it (its state, its partials)."""
+    version = storage.new_version(table)
+    inside = version_relative(table.storage.root)
+    storage.files.mkdirs(version)
+    for path in storage.published_files(table):
+        target = f"{version}/{inside(path)}"
+        storage.files.mkdirs(target.rsplit("/", 1)[0])
+        storage.files.link_tree(path, target)
+    return version
