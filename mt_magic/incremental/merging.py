@@ -23,7 +23,8 @@ def merged(rule: Aggregate, old_state: str, appended: set[str], names: Names, wi
     terms = term_trees(rule.select, rule.aggregated, 0, appended, names)
     if not terms:
         return None
-    keys, change = rule.key_columns, changed(rule, appended, names)
+    keys = rule.key_columns
+    change = " UNION ALL ".join(sql(rule.state_select(t.tree, rows=True, sign=t.sign)) for t in terms)
     old = f"SELECT * FROM {old_state}"
     if within is not None:
         old += f" AS old WHERE EXISTS (SELECT 1 FROM ({change}) AS change WHERE change.{within} <=> old.{within})"
@@ -32,12 +33,6 @@ def merged(rule: Aggregate, old_state: str, appended: set[str], names: Names, wi
     columns = keys + [f"{p.merge}({STATE_PARTIAL}{j}) AS {STATE_PARTIAL}{j}" for j, p in enumerate(rule.partials)]
     group = f" GROUP BY {', '.join(keys)}" if keys else ""
     return f"SELECT {', '.join(columns)} FROM ({old} UNION ALL {change}) AS merged{group}"
-
-
-def changed(rule: Aggregate, appended: set[str], names: Names) -> str | None:
-    """The change's partials, a row each (signed where an append takes rows away); None: not read."""
-    terms = term_trees(rule.select, rule.aggregated, 0, appended, names)
-    return " UNION ALL ".join(sql(rule.state_select(t.tree, rows=True, sign=t.sign)) for t in terms) or None
 
 
 def retracted(rule: Aggregate, old: str, added: str | None, removed: str | None, was: Sequence[str] = ()) -> str:

@@ -12,8 +12,7 @@ from typing import Any
 
 from mt_magic.catalog.model import MaterializedTable
 from mt_magic.incremental.existence import flipping, tested_partials
-from mt_magic.incremental.merging import changed, retracted
-from mt_magic.incremental.occurrences import Names
+from mt_magic.incremental.merging import retracted
 from mt_magic.incremental.rules import Aggregate, TopN
 from mt_magic.refresh.changes import SourceChange
 from mt_magic.refresh.choice import Stateful
@@ -80,10 +79,3 @@ def flips(table: MaterializedTable, rule: Stateful, signed: Signed | None, relat
     return Flips(retracted(rule, signed.old, signed.added, signed.removed, tested), flipping(tested),
                  list(rule.state_columns), before)
 
-
-def merged_signed(files: Files, table: MaterializedTable, rule: Stateful, manifest: Manifest, old: str,
-                  appended: set[str], names: Names) -> Signed | None:
-    """An aggregate's state merged over all its groups with the appended rows' partials (`merging.merged`),
-    where the query above it may read only which keys have rows."""
-    change = changed(rule, appended, names) if isinstance(rule, Aggregate) and tested_partials(rule) else None
-    return signed_from(files, table, rule, manifest, old, f"({change}) AS change", None) if change else None

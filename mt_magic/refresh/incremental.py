@@ -23,7 +23,7 @@ from mt_magic.incremental import merging
 from mt_magic.incremental.occurrences import Version
 from mt_magic.incremental.provenance import OTHER_BRANCHES, Branches, tagged_change, tagged_rows
 from mt_magic.incremental.rules import Aggregate, Linear, TopN, above_only, takes_rows_away
-from mt_magic.refresh.above_kept import Signed, flips, merged_signed
+from mt_magic.refresh.above_kept import flips
 from mt_magic.refresh.carried import carries_state, hidden, in_data, partitioning_key, read_state, state_schema
 from mt_magic.refresh.changes import SourceChange, SourceDelta
 from mt_magic.refresh.keyed_rows import KeyedRows, keyed_rows
@@ -86,14 +86,11 @@ class Maintainer:
                     self.storage.remove(staged.stage)
                     return as_published(table, manifest, RefreshResult(
                         table.storage, 0, time.monotonic() - started, relations.group), relations.delta_rows())
-                return self._stateful(table, rule, staged.state_sql, relations, staged=staged, signed=staged.signed)
+                return self._stateful(table, rule, staged.state_sql, relations, staged=staged)
             within = None if takes_rows_away(rule, appended) else partitioning_key(table, rule, manifest)
             merged = merging.merged(rule, old, appended, names.name, within) if isinstance(rule, Aggregate) else \
                 rule.merged(old, appended, names.name)
-            signed = merged and not within and merged_signed(self.storage.files, table, rule, manifest, old, appended,
-                                                             names.name)
-            return self._stateful(table, rule, merged or f"SELECT * FROM {old}", relations, None not in (within, merged),
-                                  signed=signed or None)
+            return self._stateful(table, rule, merged or f"SELECT * FROM {old}", relations, None not in (within, merged))
 
     def recompute(self, table: MaterializedTable, rule: Linear | Stateful, changes: dict[str, SourceDelta],
                   readings: dict[str, Reading], listings: Future | None, verify: Callable[[], None],
@@ -124,7 +121,10 @@ class Maintainer:
         with relations.query(query) as frame:
             frame, rows = counting_rows(frame)
             version = self.storage.new_version(table)
-            files = self._write(table, frame, version) if keeping is None else self.rows.write(table, frame, version)
+            if keeping is None:
+                self._write(table, frame, version)
+            else:
+                files = self.rows.write(table, frame, version)
         self.storage.files.mkdirs(version)      # an empty result may leave no folder at all
         published = self._publish(table, version, check=relations.verify)
         return Maintained(RefreshResult(published, rows(), time.monotonic() - started, relations.group),
@@ -232,23 +232,23 @@ class Maintainer:
         return frame.coalesce(files_for(sum(size for size, _ in files.values())))
 
     def _stateful(self, table: MaterializedTable, rule: Stateful, state_sql: str, relations: Relations,
-                  touched: bool = False, staged: Staged | None = None, signed: Signed | None = None) -> Maintained:
-        """`touched`: the state SQL holds only the groups of the partitions the change touches; `staged`: partials
-        kept per source partition, placed as it is published; `signed`: the new state as the old one's, changed."""
+                  touched: bool = False, staged: Staged | None = None) -> Maintained:
+        """`touched`: the state SQL holds only the groups of the partitions the change touches;
+        `staged`: partials kept per source partition, moved into the new version as it is published."""
         try:
-            return self._state_and_data(table, rule, state_sql, relations, touched, staged, signed)
+            return self._state_and_data(table, rule, state_sql, relations, touched, staged)
         finally:
             if staged is not None and staged.stage is not None:
                 self.storage.remove(staged.stage)
 
     def _state_and_data(self, table: MaterializedTable, rule: Stateful, state_sql: str, relations: Relations,
-                        touched: bool, staged: Staged | None, signed: Signed | None) -> Maintained:
+                        touched: bool, staged: Staged | None) -> Maintained:
         started = time.monotonic()
         if carries_state(table, rule):
             return self._carrying(table, rule, state_sql, relations, started, touched, staged)
         # the state by group written apart, or (`Staged.apart`) merged from the partials as they are read
         stage = self.storage.new_version(table) if staged is None or staged.apart else None
-        flipped = flips(table, rule, signed, relations) if stage is not None else None     # (`above_kept`)
+        flipped = flips(table, rule, staged.signed, relations) if stage is not None and staged else None   # (`above_kept`)
         try:
             with relations.query(state_sql if flipped is None else flipped.sql) as state:
                 state = state if flipped is None else flipped.observed(state)
