@@ -15,13 +15,14 @@ floor and the recompute are timed in an order that turns with the round (the fir
 first reads). Printed per query and change: the technique the refresh used (its history), refresh ÷ plain,
 its Spark jobs and the seconds of its phases (deciding, running, recording), and for a recompute the reason (the
 construct that forced it). Printed beside it, the least any refresh must do here, in plain Spark by hand (as
-`incremental.py` merges by hand): the change's result — an INSERT OVERWRITE of the same query with `orders`
-and `lineitem` read as the files the change wrote alone (RF1's new files; RF2's, none), the other tables
-whole — then merged with the previous result: the two written together as the new one (a UNION ALL: less than
+`incremental.py` merges by hand): the change's result — the files the change wrote of `orders` and
+`lineitem` opened (RF1's new files, 79 of each; RF2's, none) and an INSERT OVERWRITE of the same query
+reading them alone, the other tables whole — then merged with the previous result: the two written together as the new one (a UNION ALL: less than
 any merge, which also groups or joins them; a deletion's subtraction is not counted either). Each table is
 checked to equal its query after each change.
 Targets: at least 18 of 22 maintained incrementally after both; at least 14 of 22 at ≤ 0.25 of the full
-recompute after both — where that lies below the floor, at ≤ 1.2× the floor; all 22 exact after both.
+recompute after both — where that lies below the floor, at ≤ 1.2× the floor (or the recompute, where the
+floor is dearer); all 22 exact after both.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import os
 import re
 
 import sqlglot
+from pyspark.sql.types import StructType
 
 import tpch as generator
 from rewrites import fire
@@ -43,6 +45,7 @@ ROUNDS = len(DELETED_MONTHS)
 CHANGES = ("RF1 (0.1 % new orders)", f"RF2 (an old month's orders deleted: {', '.join(DELETED_MONTHS)})")
 INCREMENTAL_TARGET, FAST_TARGET, FAST, FLOOR = 18, 14, 0.25, 1.2
 CHANGED = ("orders", "lineitem")      # what the refresh functions write
+MONTHS = {"orders": "o_month", "lineitem": "l_month"}     # their partition columns
 
 
 def kept_order(query: str) -> str:
@@ -93,11 +96,22 @@ def files(spark) -> dict[str, set[str]]:
     return {table: set(spark.table(table).inputFiles()) for table in CHANGED}
 
 
-def change_views(spark, before: dict[str, set[str]]) -> None:
-    """`orders_change`, `lineitem_change`: the files a refresh function wrote of each (none: no rows)."""
-    for table, now in files(spark).items():
-        written = sorted(now - before[table])
-        frame = spark.read.parquet(*written) if written else spark.table(table).where("false")
+def change_views(spark, before: dict[str, set[str]]) -> dict[str, list[str]]:
+    """The files a refresh function wrote of each table, opened as `orders_change`, `lineitem_change`."""
+    written = {table: sorted(now - before[table]) for table, now in files(spark).items()}
+    open_change(spark, written)
+    return written
+
+
+def open_change(spark, written: dict[str, list[str]]) -> None:
+    """`<table>_change`: the files written, opened as plain Spark opens files it is handed, with the
+    table's schema (none: no rows). Spark lists them first — in a job of its own past 32 files (its
+    `parallelPartitionDiscovery.threshold`), 0.35-0.45 s measured here for 79 —, work any merge by hand
+    does before it reads them."""
+    for table, paths in written.items():
+        table_schema = spark.table(table).schema
+        data = StructType([field for field in table_schema.fields if field.name != MONTHS[table]])
+        frame = spark.read.schema(data).parquet(*paths) if paths else spark.table(table).where("false")
         frame.createOrReplaceTempView(f"{table}_change")
 
 
@@ -120,22 +134,27 @@ def tpch(spark, gateway, equal, timed) -> dict[str, dict[int, tuple]]:
         for change, make in zip(CHANGES, (rf1, rf2), strict=True):
             before = files(spark)
             make(spark, round_)
-            change_views(spark, before)
+            written = change_views(spark, before)
             when = fire()
             for number, query in queries.items():
-                rounds[change][number].append(_measured(spark, gateway, equal, timed, number, query, when, round_))
+                rounds[change][number].append(_measured(spark, gateway, equal, timed, number, query, when, round_,
+                                                        written))
     return {change: {n: _median(samples) for n, samples in by_query.items()} for change, by_query in rounds.items()}
 
 
-def _measured(spark, gateway, equal, timed, number: int, query: str, when: str, round_: int) -> tuple:
+def _measured(spark, gateway, equal, timed, number: int, query: str, when: str, round_: int,
+              written: dict[str, list[str]]) -> tuple:
     """One refresh of q<number> after a change, its floor and plain Spark's recompute, timed in an order that
     turns with the round: the first of the three to run pays the change's first reads (its files' footers,
-    the pages the others then find cached, 0.3-0.7 s measured), so none of them pays it every round."""
+    the pages the others then find cached, 0.3-0.7 s measured), so none of them pays it every round. The
+    floor opens the change's files itself, as a merge of this query's change by hand would."""
+    opened = []
     def refresh() -> float:
         return timed(lambda: gateway.refresh(f"q{number:02d}", schedule_time=when))
 
     def floor() -> float:     # (before the recompute p<n> holds the previous result, after it the new one)
-        return (timed(lambda: spark.sql(f"INSERT OVERWRITE f{number:02d} {over_change(query)}"))
+        opened.append(timed(lambda: open_change(spark, written)))
+        return (opened[0] + timed(lambda: spark.sql(f"INSERT OVERWRITE f{number:02d} {over_change(query)}"))
                 + timed(lambda: spark.sql(f"INSERT OVERWRITE m{number:02d} SELECT * FROM p{number:02d} "
                                           f"UNION ALL SELECT * FROM f{number:02d}")))
 
@@ -150,7 +169,8 @@ def _measured(spark, gateway, equal, timed, number: int, query: str, when: str, 
     entry = gateway.history(f"q{number:02d}", limit=1)[0]
     assert entry["outcome"] in ("SUCCEEDED", "SKIPPED"), entry
     return (seconds[refresh], seconds[plain], entry["technique"], entry.get("reason") or "",
-            equal(spark, f"q{number:02d}", query), entry.get("jobs"), entry.get("phases") or {}, seconds[floor])
+            equal(spark, f"q{number:02d}", query), entry.get("jobs"), entry.get("phases") or {}, seconds[floor],
+            opened[0])
 
 
 def _median(samples: list[tuple]) -> tuple:
@@ -171,19 +191,20 @@ def report_tpch(found: dict[str, dict[int, tuple]], targets: dict) -> None:
     print(f"(each figure the median of {ROUNDS} rounds of the change: the round whose refresh is the median "
           "against the time its target allows; beside it every round's refresh seconds)")
     for change, queries in found.items():
-        for number, (took, plain, technique, reason, exact, jobs, phases, floor, tooks) in queries.items():
+        for number, (took, plain, technique, reason, exact, jobs, phases, floor, opened, tooks) in queries.items():
             spent = ", ".join(f"{p} {phases[p]:.2f}" for p in ("decide", "run", "record") if p in phases)
             print(f"{change:>40} | Q{number:<2}: {technique:>11} {took:7.3f} s ÷ plain {plain:7.3f} s = "
-                  f"{took / plain:5.2f}; floor {floor:6.3f} s{' (above the target)' if floor > FAST * plain else ''}, "
-                  f"÷ that {took / floor:5.2f} ({jobs} jobs; {spent}; rounds {' '.join(f'{t:.2f}' for t in tooks)} s)"
+                  f"{took / plain:5.2f}; floor {floor:6.3f} s (opening the change {opened:5.3f} s)"
+                  f"{' (above the target)' if floor > FAST * plain else ''}"
+                  f"{', dearer than the recompute' if floor > plain else ''}, ÷ the lesser {took / min(floor, plain):5.2f} ({jobs} jobs; {spent}; rounds {' '.join(f'{t:.2f}' for t in tooks)} s)"
                   f"{'' if exact else '  NOT EQUAL TO ITS QUERY'}{f'; {reason}' if reason else ''}")
     numbers = next(iter(found.values())).keys()
     incremental = [n for n in numbers if all(found[c][n][2] in ("incremental", "skip") for c in found)]
     fast = [n for n in numbers if all(fast_enough(*found[c][n][:2], found[c][n][7]) for c in found)]
     exact = [n for n in numbers if all(found[c][n][4] for c in found)]
     print(f"TPC-H: {len(incremental)} of 22 maintained incrementally after both (target >= {INCREMENTAL_TARGET}); "
-          f"{len(fast)} of 22 at <= {FAST} of the full recompute after both, or <= {FLOOR}x the floor where "
-          f"that is above it (target >= {FAST_TARGET}); "
+          f"{len(fast)} of 22 ({' '.join(f'Q{n}' for n in fast)}) at <= {FAST} of the full recompute after both, "
+          f"or <= {FLOOR}x the floor (the recompute where that is less) where it is above that (target >= {FAST_TARGET}); "
           f"{len(exact)} of 22 equal to their queries (target 22)")
     targets["tpch: maintained incrementally"] = len(incremental) >= INCREMENTAL_TARGET
     targets[f"tpch: <= {FAST} of the recompute"] = len(fast) >= FAST_TARGET
@@ -196,5 +217,6 @@ def fast_enough(took: float, plain: float, floor: float) -> bool:
 
 
 def allowed(plain: float, floor: float) -> float:
-    """The seconds a refresh may take: FAST of the recompute, or FLOOR × the floor where that is above it."""
-    return max(FAST * plain, FLOOR * floor) if floor > FAST * plain else FAST * plain
+    """The seconds a refresh may take: FAST of the recompute, or FLOOR × the floor where that is above it —
+    the floor no dearer than the recompute, which plain Spark can always do instead."""
+    return max(FAST * plain, FLOOR * min(floor, plain)) if floor > FAST * plain else FAST * plain
