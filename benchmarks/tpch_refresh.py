@@ -17,9 +17,9 @@ its Spark jobs and the seconds of its phases (deciding, running, recording), and
 construct that forced it). Printed beside it, the least any refresh must do here, in plain Spark by hand (as
 `incremental.py` merges by hand): the change's result — the files the change wrote of `orders` and
 `lineitem` opened (RF1's new files, 79 of each; RF2's, none) and an INSERT OVERWRITE of the same query
-reading them alone, the other tables whole — then merged with the previous result: the two written together as the new one (a UNION ALL: less than
-any merge, which also groups or joins them; a deletion's subtraction is not counted either). Each table is
-checked to equal its query after each change.
+reading them alone, the other tables whole — then merged with the previous result: the two written
+together as the new one (a UNION ALL: less than any merge, which also groups or joins them; a deletion's
+subtraction is not counted either). Each table is checked to equal its query after each change.
 Targets: at least 18 of 22 maintained incrementally after both; at least 14 of 22 at ≤ 0.25 of the full
 recompute after both — where that lies below the floor, at ≤ 1.2× the floor (or the recompute, where the
 floor is dearer); all 22 exact after both.
@@ -196,7 +196,8 @@ def report_tpch(found: dict[str, dict[int, tuple]], targets: dict) -> None:
             print(f"{change:>40} | Q{number:<2}: {technique:>11} {took:7.3f} s ÷ plain {plain:7.3f} s = "
                   f"{took / plain:5.2f}; floor {floor:6.3f} s (opening the change {opened:5.3f} s)"
                   f"{' (above the target)' if floor > FAST * plain else ''}"
-                  f"{', dearer than the recompute' if floor > plain else ''}, ÷ the lesser {took / min(floor, plain):5.2f} ({jobs} jobs; {spent}; rounds {' '.join(f'{t:.2f}' for t in tooks)} s)"
+                  f"{', dearer than the recompute' if floor > plain else ''}, ÷ the lesser {took / min(floor, plain):5.2f} "
+                  f"({jobs} jobs; {spent}; rounds {' '.join(f'{t:.2f}' for t in tooks)} s)"
                   f"{'' if exact else '  NOT EQUAL TO ITS QUERY'}{f'; {reason}' if reason else ''}")
     numbers = next(iter(found.values())).keys()
     incremental = [n for n in numbers if all(found[c][n][2] in ("incremental", "skip") for c in found)]
