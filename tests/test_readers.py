@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
 from pyspark.sql import functions as F
 
+from mt_magic.manager import refresh_runs
+from mt_magic.refresh.changes import Snapshots
+from mt_magic.spark.files import local_path
 from mt_magic.spark.tables import set_table_location
 from mt_magic.storage import versions
 from mt_magic.spark.kind import is_connect
-from helpers import cancelled_throughout
+from helpers import cancelled_throughout, table_rows
 
 
 @pytest.mark.parametrize("partitioned", [False, True])
@@ -122,3 +126,64 @@ def test_a_continuous_table_never_shows_a_state_its_source_never_had(spark, gw, 
         stop.set()
         reader.join(60)
     assert seen and set(seen) == {(3000, 3)}, sorted(set(seen))
+
+
+
+def _clicks_without_a_day(spark, gw, policy: str) -> tuple[str, str, str]:
+    """A table over `clicks`; a row appended, then the day d1 deleted by an overwrite whose job has not
+    committed yet: the day's folder and where it lies meanwhile, and the source's folder."""
+    spark.sql("CREATE TABLE clicks (id BIGINT, ds STRING) USING parquet PARTITIONED BY (ds)")
+    spark.sql("INSERT INTO clicks SELECT id, CONCAT('d', id % 3) FROM range(3000)")
+    gw.execute(f"CREATE MATERIALIZED TABLE per_day WITH ('refresh.policy' = '{policy}') REFRESH_MODE = FULL "
+               "AS SELECT ds, COUNT(*) AS n FROM (SELECT DISTINCT id, ds FROM clicks) GROUP BY ds")
+    spark.sql("INSERT INTO clicks VALUES (3000, 'd0')")
+    root = local_path(spark.sql("DESCRIBE TABLE EXTENDED clicks").where("col_name = 'Location'").first()[1])
+    os.rename(root + "/ds=d1", root + "/_deleted")
+    return root + "/ds=d1", root + "/_deleted", root
+
+
+def test_a_snapshot_taken_as_a_write_commits_is_taken_again(spark, gw, db, monkeypatch):
+    """A job overwriting a day commits just after the refresh listed the source without it, and
+    before the refresh looks for jobs writing into it: the source's folder changed meanwhile, so the
+    refresh lists again rather than read the files of a state no finished write left."""
+    day, deleted, root = _clicks_without_a_day(spark, gw, "incremental")
+    os.mkdir(root + "/_temporary")      # the job writes
+    takes, take = [], Snapshots.take
+
+    def listed_then_committed(snapshots, table):
+        taken = take(snapshots, table)
+        if not takes:
+            os.rename(deleted, day)
+            os.rmdir(root + "/_temporary")
+        takes.append(table.identifier)
+        return taken
+
+    monkeypatch.setattr(Snapshots, "take", listed_then_committed)
+    gw.execute("ALTER MATERIALIZED TABLE per_day REFRESH")
+    assert gw.history("per_day", limit=1)[0]["technique"] == "incremental", gw.history("per_day", limit=1)[0]["reason"]
+    assert table_rows(spark, "per_day") == {("d0", 1001), ("d1", 1000), ("d2", 1000)} and len(takes) >= 2
+
+
+def test_a_read_between_two_overwrites_of_a_day_is_not_published(spark, gw, db, monkeypatch):
+    """An overwrite deletes a day's folder, then its job commits the day again; the next overwrite
+    deletes it again. A refresh that read the source without the day and checked it between the next
+    two found the same files twice: the source's folder tells that it was written between, so the
+    refresh reads again rather than publish a state no finished write left."""
+    day, deleted, _ = _clicks_without_a_day(spark, gw, "full")
+    checks, held_still = [], refresh_runs.Runs._held_still
+
+    def between_two_overwrites(runs, table, snapshot) -> None:
+        checks.append(table.identifier)
+        if len(checks) > 1:
+            return held_still(runs, table, snapshot)
+        os.rename(deleted, day)       # the job commits the day
+        os.rename(day, deleted)       # and the next overwrite deletes it again
+        try:
+            held_still(runs, table, snapshot)
+        finally:
+            os.rename(deleted, day)   # its job commits
+
+    monkeypatch.setattr(refresh_runs.Runs, "_held_still", between_two_overwrites)
+    gw.execute("ALTER MATERIALIZED TABLE per_day REFRESH")
+    assert gw.history("per_day", limit=1)[0]["technique"] == "full"
+    assert table_rows(spark, "per_day") == {("d0", 1001), ("d1", 1000), ("d2", 1000)} and len(checks) >= 2

@@ -29,7 +29,7 @@ from mt_magic.storage.manifests import Manifests
 from mt_magic.spark.tables import forgetting_listings
 from mt_magic.spark.commands import alongside
 from mt_magic.spark.errors import error_text, spark_call
-from mt_magic.spark.files import Listing
+from mt_magic.spark.files import WRITE_WAIT_S, Listing
 from mt_magic.spark.jobs import group_jobs
 from mt_magic.spark.sessions import session_info
 from mt_magic.sql.freshness import IntervalFreshness
@@ -229,12 +229,16 @@ class Runs:
         raise AssertionError("unreachable")
 
     def _steady_snapshot(self, table: MaterializedTable) -> tuple[Snapshot, dict]:
-        """The sources' snapshot, taken when no Spark job is writing into them: an overwrite deletes
-        the old files before its job commits the new ones, a state no reader of the source has."""
-        def take() -> tuple[Snapshot, dict]:
-            return spark_call(lambda: self.snapshots.take(table), f"Reading the sources of {table.identifier}")
-        taken = take()      # first: it learns where the sources live
-        return take() if self.snapshots.await_writes(table.source_tables) else taken
+        """The sources' snapshot, taken while no Spark job wrote into them: an overwrite deletes the
+        old files before its job commits the new ones, a state no reader of the source has. Taken
+        again while a job writes into a source, or started or ended as it was taken; past
+        WRITE_WAIT_S of writes, as it is (a killed writer's leftovers are what its readers see too)."""
+        deadline = time.monotonic() + WRITE_WAIT_S
+        while True:
+            taken = spark_call(lambda: self.snapshots.take(table), f"Reading the sources of {table.identifier}")
+            if time.monotonic() > deadline or not self.snapshots.unsteady(table, taken[0]):
+                return taken
+            self.snapshots.await_writes(table.source_tables)
 
     def _moved(self, table: MaterializedTable, snapshot: Snapshot) -> bool:
         try:

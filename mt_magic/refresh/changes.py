@@ -224,12 +224,16 @@ class Snapshots:
         except MaterializedTableError:      # a source gone: each is looked up alone, and says so
             facts = {}
         for source in table.source_tables:
+            # When a plain source's folders last changed, taken before its files are listed: a job
+            # writing into them starts and ends by changing them (`unsteady`, and a check that finds
+            # the same files twice, between two overwrites of one day, tells that it was written between).
+            changed = None if self.store.get(source) else self._changed(self.folders(source, facts.get(source)))
             listing = listings[source] = self.listing(source, facts.get(source))
             if listing is None:
                 snapshot[source] = {"digest": None}
                 continue
             column = lineage.columns.get(source.lower())
-            snapshot[source] = {"digest": digest(listing)}
+            snapshot[source] = {"digest": digest(listing), **({"folders": changed} if changed else {})}
             if column:
                 snapshot[source].update(key=lineage.key, column=column,
                                         partitions=partition_digests(listing, column))
@@ -239,10 +243,7 @@ class Snapshots:
         """The source's data files, or None when its state cannot be told from files (or the source
         is gone: the refresh that reads it says what is wrong). `facts`: the catalog's answer on
         where it lives, asked already."""
-        try:
-            locations = self._locations(source, facts)
-        except MaterializedTableError:
-            return None
+        locations = self.folders(source, facts)
         if locations is None:
             return None
         listing: Listing = {}
@@ -255,19 +256,28 @@ class Snapshots:
         return [source for source in self._plain(table.source_tables)
                 if any(map(self.files.writing, self.folders(source) or []))]
 
-    def await_writes(self, sources: Sequence[str]) -> bool:
-        """Wait while a Spark job writes into one of the sources (see Files.await_writes); True when
-        it waited, so that what was listed before is of no use."""
+    def unsteady(self, table: MaterializedTable, snapshot: Snapshot) -> list[str]:
+        """The plain sources a Spark job writes into now, or whose folders changed since `snapshot`
+        began (a job started, or ended, as it was taken)."""
+        writing = self.writing(table)
+        return writing + [source for source in self._plain(table.source_tables) if source not in writing
+                          and snapshot.get(source, {}).get("folders", []) != self._changed(self.folders(source))]
+
+    def _changed(self, folders: list[str] | None) -> list[int | None]:
+        return [self.files.modified(folder) for folder in folders or []]
+
+    def await_writes(self, sources: Sequence[str]) -> None:
+        """Wait while a Spark job writes into one of the sources (see Files.await_writes)."""
         folders = [folder for source in self._plain(sources) for folder in self.folders(source) or []]
-        return bool(self.files.await_writes(folders, WRITE_WAIT_S))
+        self.files.await_writes(folders, WRITE_WAIT_S)
 
     def _plain(self, sources: Sequence[str]) -> list[str]:
         return [source for source in sources if self.store.get(source) is None]
 
-    def folders(self, source: str) -> list[str] | None:
+    def folders(self, source: str, facts: TableFacts | None = None) -> list[str] | None:
         """Where a source's files are (None: its state cannot be told from files)."""
         try:
-            return self._locations(source, None)
+            return self._locations(source, facts)
         except MaterializedTableError:
             return None
 

@@ -57,9 +57,13 @@ class Files:
     def list(self, path: str) -> list[Entry]:
         raise NotImplementedError
 
-    def age(self, path: str) -> float | None:
-        """Seconds since the file was last modified, or None when there is no such file."""
+    def modified(self, path: str) -> int | None:
+        """A file's or folder's last change in ns since the epoch, None when there is none (a folder
+        changes as entries in it are made, renamed or deleted)."""
         raise NotImplementedError
+
+    def age(self, path: str) -> float | None:
+        return None if (modified := self.modified(path)) is None else time.time() - modified / 1e9
 
     def link_tree(self, source: str, target: str) -> None:
         """The files under `source` (or the file) also under `target`: hard links where the store has them."""
@@ -190,13 +194,11 @@ class HadoopFiles(Files):
                 found[name] = (int(status.getLen()), int(status.getModificationTime()))
         return found
 
-    def age(self, path: str) -> float | None:
+    def modified(self, path: str) -> int | None:
         if is_local(path):
-            return LocalFiles().age(path)
+            return LocalFiles().modified(path)
         fs, jpath = self._fs(path)
-        if not fs.exists(jpath):
-            return None
-        return time.time() - fs.getFileStatus(jpath).getModificationTime() / 1000.0
+        return int(fs.getFileStatus(jpath).getModificationTime()) * 1_000_000 if fs.exists(jpath) else None
 
     def write_text(self, path: str, text: str) -> None:
         if is_local(path):
@@ -327,9 +329,9 @@ class LocalFiles(Files):
         else:
             link(self._local(source), self._local(target))
 
-    def age(self, path: str) -> float | None:
+    def modified(self, path: str) -> int | None:
         try:
-            return time.time() - os.stat(self._local(path)).st_mtime
+            return os.stat(self._local(path)).st_mtime_ns
         except FileNotFoundError:
             return None
 
