@@ -7,6 +7,10 @@ class MaterializedTableError(Exception):
     """Base of every error a user can cause; the message names the object and the rule."""
 
     statement: str | None = None     # 'statement 2 (ALTER …)', set when a cell holds several
+    # Where in the cell's text the error lies (1-based line and column), when it has a place, and
+    # what it says there: what an editor shows at that place.
+    where: tuple[int, int] | None = None
+    summary: str = ""
 
     def _render_traceback_(self) -> list[str]:
         # IPython shows exactly these lines instead of a traceback.
@@ -23,6 +27,7 @@ class ParseError(MaterializedTableError):
         self.line = line
         self.column = column
         self.text = text
+        self.where, self.summary = (line, column), message
         super().__init__(self._format())
 
     def _format(self) -> str:

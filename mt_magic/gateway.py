@@ -282,7 +282,9 @@ def _in_cell(error: MaterializedTableError, statement, sql: str) -> Materialized
     if not isinstance(error, SparkError) or error.position is None or offset is None:
         return error
     line, column = line_column(sql, offset + error.position)
-    return SparkError(mark_position(str(error), line, column, sql))
+    placed = SparkError(mark_position(str(error), line, column, sql))
+    placed.where, placed.summary = (line, column), str(error)
+    return placed
 
 
 def _first_line(text: str, width: int = 60) -> str:

@@ -98,6 +98,7 @@ def test_spark_errors_in_a_query_point_into_the_cell(gw, sales, query, line, col
     assert "in statement 2 (CREATE MATERIALIZED TABLE x" in text
     assert f": line {line}, column {column}: " in text, text
     assert text.endswith(f"\n  {shown}\n  {' ' * (column - 1)}^"), text
+    assert info.value.where == (line, column)       # for an editor to underline (the JupyterLab extension)
 
 
 class _TimingOutWriter:

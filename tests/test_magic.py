@@ -93,6 +93,18 @@ def test_user_errors_are_one_short_message_and_fail_the_cell(shell, capsys):
         '"BACKFILL", "AS", "SET", "RESET".', "    PAUSE", "    ^"]
 
 
+def test_an_error_is_placed_in_the_text_the_user_wrote(shell):
+    """Where an error lies, for an editor to underline it: in the cell as written, before its
+    {{variables}} became literals of another length."""
+    shell.user_ns["owner"] = "a value longer than its placeholder"
+    line = "CREATE MATERIALIZED TABLE t WITH ('owner' = {{ owner }}) REFRESH_MODE = SOMETIMES AS SELECT 1"
+    placed = shell.run_cell(f"%%mtsql\n{line}").error_in_exec
+    assert isinstance(placed, ParseError) and placed.where == (1, line.index("SOMETIMES") + 1)
+    assert placed.summary == 'Encountered "SOMETIMES"; expected "CONTINUOUS" or "FULL".'
+    unknown = shell.run_cell("%%mtsql\nSELECT 1 AS one,\n  {{ nope }} AS two").error_in_exec
+    assert isinstance(unknown, ValidationError) and unknown.where == (2, 3)
+
+
 def test_verbose_shows_the_traceback(shell, capsys):
     result = shell.run_cell("%mtsql --verbose DROP MATERIALIZED TABLE nope")
     assert isinstance(result.error_in_exec, VerboseError)

@@ -17,7 +17,7 @@ from mt_magic.notebook.dashboard import Dashboards, run_for_dashboard
 from mt_magic.notebook.display import ResultView
 from mt_magic.notebook.progress import progress_observer
 from mt_magic.notebook.status import owner_text
-from mt_magic.sql.placeholders import substitute
+from mt_magic.sql.placeholders import substitution
 from mt_magic.spark.jobs import JOB_OBSERVER
 from mt_magic.spark.kind import is_session
 from mt_magic.spark.sessions import active_session, restore_client_logs, session_info, silence_client_logs
@@ -25,6 +25,7 @@ from mt_magic.sql.parser import parse_cell
 from mt_magic.sql.statements import CreateMaterializedTable
 
 _STATE_KEY = "_mt_magic_magics"
+DIAGNOSTIC_PAYLOAD = "mt_magic.diagnostic"      # an execute reply's payload: where a %%mtsql cell's error lies
 _QUIET_LOGGERS = ("mt_magic", "apscheduler")
 
 
@@ -149,6 +150,8 @@ class MtMagics(Magics):
         try:
             return self._dispatch(args, sql)
         except MaterializedTableError as error:
+            if cell is not None:
+                self._point_at(error)
             if verbose:
                 raise VerboseError(str(error)) from error
             raise
@@ -158,15 +161,20 @@ class MtMagics(Magics):
         words = sql.split()
         if words and words[0].lower() == "dashboard":
             return self._dashboard(words[1:])
-        cell = parse_cell(substitute(sql, self.shell.user_ns))
-        if not cell.text.strip():
-            return None
+        read = substitution(sql, self.shell.user_ns)
         token = JOB_OBSERVER.set(self._progress())
         try:
-            results = gateway.run(cell, dry_run=args.dry_run)
+            cell = parse_cell(read.text)
+            results = gateway.run(cell, dry_run=args.dry_run) if cell.text.strip() else []
+        except MaterializedTableError as error:
+            if error.where is not None:     # told in the text the user wrote
+                error.where = read.placed(error.where)
+            raise
         finally:
             JOB_OBSERVER.reset(token)
             self.dashboards.sync()
+        if not cell.text.strip():
+            return None
         view = ResultView(results, self.display_limit) if results else None
         if args.out and view is not None:
             self.shell.user_ns[args.out] = view
@@ -181,6 +189,15 @@ class MtMagics(Magics):
             raise ValidationError("Usage: %mtsql dashboard [NAME]")
         identifier = self.gateway.describe(words[0])["identifier"] if words else None
         return self.dashboards.open(identifier)
+
+    def _point_at(self, error: MaterializedTableError) -> None:
+        """A front end that knows the payload (the package's JupyterLab extension) underlines the
+        place of the error in the cell; others ignore it and show the error's text alone."""
+        if error.where is not None and getattr(self.shell, "kernel", None) is not None:
+            line, column = error.where
+            self.shell.payload_manager.write_payload({
+                "source": DIAGNOSTIC_PAYLOAD, "line": line + 1, "column": column,     # below the %%mtsql line
+                "message": f"{type(error).__name__}: {error.summary}"})
 
     def _progress(self):
         """Progress bars only where a front end can draw widgets: a kernel, not a terminal."""
