@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 BROWSER := tests/browser
 
-.PHONY: setup demo test benchmark chromium
+.PHONY: setup demo test benchmark chromium node labextension
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,27 @@ chromium:
 $(BROWSER)/node_modules/.package-lock.json: $(BROWSER)/package-lock.json
 	cd $(BROWSER) && npm ci --no-audit --no-fund --loglevel=error
 
-demo: setup
+# The JupyterLab extension (labextension/README.md): its npm packages at the versions in
+# package-lock.json, built with the machine's Node.js (20.19 or newer: Debian's nodejs and npm where
+# there is none), and copied where the environment's JupyterLab finds it (an editable install copies
+# it only when it was built before; a wheel carries it: pyproject.toml).
+LABEXT := labextension
+node:
+	command -v npm >/dev/null || { $(SUDO) apt-get update -qq && \
+	  $(SUDO) apt-get install -y -qq --no-install-recommends --no-upgrade nodejs npm; }
+
+$(LABEXT)/node_modules/.package-lock.json: $(LABEXT)/package-lock.json | node
+	cd $(LABEXT) && npm ci --no-audit --no-fund --loglevel=error
+
+$(LABEXT)/dist/package.json: $(LABEXT)/node_modules/.package-lock.json $(LABEXT)/package.json $(LABEXT)/tsconfig.json \
+		$(LABEXT)/install.json $(wildcard $(LABEXT)/src/*) $(wildcard $(LABEXT)/style/*)
+	cd $(LABEXT) && npm run --silent build
+
+labextension: $(LABEXT)/dist/package.json | setup
+	rm -rf $(VENV)/share/jupyter/labextensions/mt-magic
+	mkdir -p $(VENV)/share/jupyter/labextensions && cp -r $(LABEXT)/dist $(VENV)/share/jupyter/labextensions/mt-magic
+
+demo: setup labextension
 	SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m mt_magic.demo
 
 # The whole suite twice, at once: on a classic SparkSession and as a client of a local Spark Connect
@@ -48,9 +68,10 @@ TEST_ENV := SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$(CURDIR)/$(BIN)/python
 ARCHIVE := build/spark-classes.jsa
 $(ARCHIVE): tests/spark_classes.py pyproject.toml | setup
 	rm -f $@; $(TEST_ENV) $(BIN)/python tests/spark_classes.py $@
-# Its set-up steps run side by side (Chromium and the npm packages download while pip installs and
-# the archive is built: the archive waits for the packages alone), then the layer rules are checked.
-PREREQUISITES := setup chromium $(BROWSER)/node_modules/.package-lock.json $(ARCHIVE)
+# Its set-up steps run side by side (Chromium and the npm packages download, and the extension is
+# built, while pip installs and the archive is built: the archive waits for the packages alone),
+# then the layer rules are checked.
+PREREQUISITES := setup chromium $(BROWSER)/node_modules/.package-lock.json $(ARCHIVE) labextension
 test:
 	$(MAKE) --no-print-directory -j4 $(PREREQUISITES)
 	$(BIN)/lint-imports --no-cache
