@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mt_magic.sql.literals import sql_literal
-from mt_magic.sql.placeholders import substitute
+from mt_magic.sql.placeholders import substitution
 from mt_magic.sql.parser import parse_cell
-from mt_magic.sql.tokens import Kind, Token, split, tokenize, unquote_string
+from mt_magic.sql.tokens import Kind, Token, line_column, split, tokenize, unquote_string
 
 TEXT = st.one_of(
     st.sampled_from(["'", "\\", "\\'", "''", "*/", "/*", "--", "\n", ";", "{{x}}", "`", '"', "R'", "\\u0041",
@@ -110,10 +110,24 @@ def fragments(draw):
 
 @given(st.lists(fragments(), min_size=1, max_size=12),
        st.fixed_dictionaries({"v0": HOSTILE, "v1": HOSTILE, "v2": st.one_of(st.none(), HOSTILE)}))
+def test_a_place_in_the_text_read_is_the_same_place_in_the_text_written(parts, values):
+    """An error's place, told in the text the parser read, lands on the same token in the cell as
+    written (a literal's tokens on its placeholder), whatever the values' lengths and lines."""
+    original = " ".join(text for text, _ in parts)
+    read = substitution(original, values)
+    for token in tokenize(read.text):
+        at = read.original(token.start)
+        written = read.text[token.start:token.end]
+        assert original.startswith("{{", at) or original[at:at + len(written)] == written, (original, read.text)
+        assert read.placed(line_column(read.text, token.start)) == line_column(original, at)
+
+
+@given(st.lists(fragments(), min_size=1, max_size=12),
+       st.fixed_dictionaries({"v0": HOSTILE, "v1": HOSTILE, "v2": st.one_of(st.none(), HOSTILE)}))
 def test_substitution_and_the_parser_agree_on_every_token(parts, values):
     original = " ".join(text for text, _ in parts)
     expected = " ".join(text for _, text in parts)
-    substituted = substitute(original, values)
+    substituted = substitution(original, values).text
     want, got = tokenize(expected), iter(tokenize(substituted))
     for expect in want:
         if expect.kind is Kind.WORD and expect.value.startswith("ph_"):

@@ -21,7 +21,7 @@ from mt_magic.sql.placeholders import substitution
 from mt_magic.spark.jobs import JOB_OBSERVER
 from mt_magic.spark.kind import is_session
 from mt_magic.spark.sessions import active_session, restore_client_logs, session_info, silence_client_logs
-from mt_magic.sql.parser import parse_cell
+from mt_magic.sql.parser import Cell, parse_cell
 from mt_magic.sql.statements import CreateMaterializedTable
 
 _STATE_KEY = "_mt_magic_magics"
@@ -162,19 +162,22 @@ class MtMagics(Magics):
         if words and words[0].lower() == "dashboard":
             return self._dashboard(words[1:])
         read = substitution(sql, self.shell.user_ns)
-        token = JOB_OBSERVER.set(self._progress())
         try:
-            cell = parse_cell(read.text)
-            results = gateway.run(cell, dry_run=args.dry_run) if cell.text.strip() else []
+            return self._run(gateway, args, parse_cell(read.text))
         except MaterializedTableError as error:
             if error.where is not None:     # told in the text the user wrote
                 error.where = read.placed(error.where)
             raise
+
+    def _run(self, gateway: Gateway, args, cell: Cell):
+        if not cell.text.strip():
+            return None
+        token = JOB_OBSERVER.set(self._progress())
+        try:
+            results = gateway.run(cell, dry_run=args.dry_run)
         finally:
             JOB_OBSERVER.reset(token)
             self.dashboards.sync()
-        if not cell.text.strip():
-            return None
         view = ResultView(results, self.display_limit) if results else None
         if args.out and view is not None:
             self.shell.user_ns[args.out] = view

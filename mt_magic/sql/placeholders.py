@@ -44,10 +44,6 @@ class Substitution:
         return offset + shift
 
 
-def substitute(sql: str, namespace: Mapping[str, object]) -> str:
-    return substitution(sql, namespace).text
-
-
 def substitution(sql: str, namespace: Mapping[str, object]) -> Substitution:
     """Placeholders in code (not in string literals, quoted names or comments, read by the lexer the
     parser uses) become literals; a value with none is an error naming its variable and its place."""
