@@ -42,11 +42,10 @@ const errors = StateField.define<DecorationSet>({
         const at = effect.value && span(transaction.state.doc, effect.value);
         return at && effect.value
           ? Decoration.set(
-              Decoration.mark({
-                class: 'cm-mtsql-error',
-                attributes: { 'data-message': effect.value.message },
-                message: effect.value.message
-              }).range(at.from, at.to)
+              Decoration.mark({ class: 'cm-mtsql-error', message: effect.value.message }).range(
+                at.from,
+                at.to
+              )
             )
           : Decoration.none;
       }
