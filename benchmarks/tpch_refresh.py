@@ -30,6 +30,8 @@ from __future__ import annotations
 import gc
 import os
 import re
+import sys
+import time
 
 import sqlglot
 from pyspark.sql.types import StructType
@@ -121,6 +123,7 @@ def over_change(query: str) -> str:
 
 def tpch(spark, gateway, equal, timed) -> dict[str, dict[int, tuple]]:
     """Per change, per query: (refresh s, plain s, technique, reason, exact, jobs, phases, floor s)."""
+    started = time.monotonic()
     build(spark)
     queries = {number: kept_order(query) for number, query in QUERIES.items()}
     for number, query in queries.items():
@@ -129,17 +132,28 @@ def tpch(spark, gateway, equal, timed) -> dict[str, dict[int, tuple]]:
         spark.sql(f"CREATE TABLE p{number:02d} USING parquet AS {query}")
         for held in ("f", "m"):     # the change's result; the previous one merged with it
             spark.sql(f"CREATE TABLE {held}{number:02d} USING parquet AS SELECT * FROM p{number:02d} WHERE false")
+    progress(f"TPC-H at scale {SCALE:g} built, its {len(queries)} queries created as tables: "
+             f"{time.monotonic() - started:.0f} s")
     rounds: dict[str, dict[int, list[tuple]]] = {change: {n: [] for n in queries} for change in CHANGES}
     for round_ in range(ROUNDS):
         for change, make in zip(CHANGES, (rf1, rf2), strict=True):
             before = files(spark)
             make(spark, round_)
             written = change_views(spark, before)
-            when = fire()
+            when, started = fire(), time.monotonic()
             for number, query in queries.items():
                 rounds[change][number].append(_measured(spark, gateway, equal, timed, number, query, when, round_,
                                                         written))
+            differ = [f"Q{n}" for n, samples in rounds[change].items() if not samples[-1][4]]
+            progress(f"{change}, round {round_ + 1} of {ROUNDS}: each table refreshed, timed against its floor and "
+                     f"plain Spark, and compared with its query: {time.monotonic() - started:.0f} s"
+                     + (f"; NOT EQUAL TO ITS QUERY: {' '.join(differ)}" if differ else ""))
     return {change: {n: _median(samples) for n, samples in by_query.items()} for change, by_query in rounds.items()}
+
+
+def progress(line: str) -> None:
+    """A line on stderr as the run goes: it takes half an hour, and its figures are printed at the end."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _measured(spark, gateway, equal, timed, number: int, query: str, when: str, round_: int,
