@@ -140,19 +140,19 @@ def tpch(spark, gateway, equal, timed) -> dict[str, dict[int, tuple]]:
             before = files(spark)
             make(spark, round_)
             written = change_views(spark, before)
-            when, started = fire(), time.monotonic()
+            when, round_started = fire(), time.monotonic()
             for number, query in queries.items():
                 rounds[change][number].append(_measured(spark, gateway, equal, timed, number, query, when, round_,
                                                         written))
             differ = [f"Q{n}" for n, samples in rounds[change].items() if not samples[-1][4]]
             progress(f"{change}, round {round_ + 1} of {ROUNDS}: each table refreshed, timed against its floor and "
-                     f"plain Spark, and compared with its query: {time.monotonic() - started:.0f} s"
+                     f"plain Spark, and compared with its query: {time.monotonic() - round_started:.0f} s"
                      + (f"; NOT EQUAL TO ITS QUERY: {' '.join(differ)}" if differ else ""))
     return {change: {n: _median(samples) for n, samples in by_query.items()} for change, by_query in rounds.items()}
 
 
 def progress(line: str) -> None:
-    """A line on stderr as the run goes: it takes half an hour, and its figures are printed at the end."""
+    """A line on stderr as the run goes: it takes a quarter of an hour, and its figures come at the end."""
     print(line, file=sys.stderr, flush=True)
 
 
